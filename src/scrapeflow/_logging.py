@@ -1,0 +1,77 @@
+"""Structured logs (structlog) that behave like a library's: quiet until the app configures them.
+
+Library modules log through stdlib ``logging`` loggers named ``scrapeflow.*``, with structlog
+building the event dicts; nothing is printed unless the application (or the CLI, through
+:func:`configure_logging`) adds a handler. Every event is scrubbed of URL credentials.
+"""
+
+from __future__ import annotations
+
+import logging
+import sys
+from collections.abc import MutableMapping
+from typing import Any, TextIO
+
+import structlog
+
+from scrapeflow._redact import redact
+
+__all__ = ["configure_logging", "get_logger"]
+
+
+def _redact_values(
+    _logger: Any, _method: str, event_dict: MutableMapping[str, Any]
+) -> MutableMapping[str, Any]:
+    for key, value in event_dict.items():
+        if isinstance(value, str):
+            event_dict[key] = redact(value)
+        elif isinstance(value, BaseException):
+            event_dict[key] = redact(f"{type(value).__name__}: {value}")
+    return event_dict
+
+
+_PROCESSORS: list[Any] = [
+    structlog.stdlib.filter_by_level,
+    structlog.stdlib.add_logger_name,
+    structlog.stdlib.add_log_level,
+    structlog.processors.TimeStamper(fmt="iso", utc=True),
+    _redact_values,
+    structlog.stdlib.ProcessorFormatter.wrap_for_formatter,
+]
+
+
+def get_logger(name: str) -> structlog.stdlib.BoundLogger:
+    """A structured logger writing to the stdlib logger ``name``."""
+    logger: structlog.stdlib.BoundLogger = structlog.wrap_logger(
+        logging.getLogger(name),
+        processors=_PROCESSORS,
+        wrapper_class=structlog.stdlib.BoundLogger,
+    )
+    return logger
+
+
+def configure_logging(
+    level: str = "WARNING", *, json: bool | None = None, stream: TextIO | None = None
+) -> None:
+    """Send scrapeflow's logs to ``stream`` (stderr): JSON lines, or pretty on a terminal."""
+    stream = sys.stderr if stream is None else stream
+    if json is None:
+        json = not stream.isatty()
+    renderer: Any = (
+        structlog.processors.JSONRenderer()
+        if json
+        else structlog.dev.ConsoleRenderer(colors=stream.isatty())
+    )
+    handler = logging.StreamHandler(stream)
+    handler.setFormatter(
+        structlog.stdlib.ProcessorFormatter(
+            processors=[structlog.stdlib.ProcessorFormatter.remove_processors_meta, renderer],
+            foreign_pre_chain=[structlog.stdlib.add_log_level, _redact_values],
+        )
+    )
+    root = logging.getLogger("scrapeflow")
+    for old in list(root.handlers):
+        root.removeHandler(old)
+    root.addHandler(handler)
+    root.setLevel(level.upper())
+    root.propagate = False

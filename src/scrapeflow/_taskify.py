@@ -1,0 +1,185 @@
+"""``taskify``: turn a task body into an :data:`Executor` that records itself in the status."""
+
+from __future__ import annotations
+
+import asyncio
+import functools
+import inspect
+from collections.abc import Awaitable, Callable
+from contextvars import ContextVar
+from datetime import UTC, datetime
+from typing import TYPE_CHECKING, Any, NamedTuple, TypeAlias
+
+import aiohttp
+
+from scrapeflow._redact import redact
+from scrapeflow.status import ERROR_PREFIX, SKIPPED, SUCCESS, StatusData
+
+if TYPE_CHECKING:
+    from pathlib import Path
+
+    from scrapeflow.proxies import ProxyProvider
+
+__all__ = [
+    "ALL",
+    "EXPECTED_ERRORS",
+    "Context",
+    "Executor",
+    "ExecutorResponse",
+    "as_executor",
+    "executor_name",
+    "taskify",
+]
+
+ALL = "all"
+"""``force_executors=["all"]`` reruns every executor."""
+
+# The seed's list of errors that fail one task and let the run go on. aiohttp.ClientError covers
+# ClientConnectorError, ServerDisconnectedError, ClientOSError, ClientConnectionError,
+# ClientPayloadError and ClientResponseError (and InvalidURL, which is one task's problem too).
+EXPECTED_ERRORS: tuple[type[BaseException], ...] = (
+    aiohttp.ClientError,
+    TimeoutError,
+    asyncio.CancelledError,
+    RuntimeError,
+)
+
+
+class Context(NamedTuple):
+    "Each task gets the context as a parameter."
+
+    # The directory for the binary blobs (the run's directory).
+    dir: Path
+    # To be used for async http requests.
+    session: aiohttp.ClientSession | None
+    # List of executor names that need to be forced or 'all'.
+    forced_executors: list[str]
+    # Limits concurrent network requests across the run.
+    semaphore: asyncio.Semaphore
+    # Task timeout in seconds.
+    timeout_seconds: float
+    # Proxy provider for http requests.
+    proxy_provider: ProxyProvider | None
+
+
+ExecutorResponse: TypeAlias = tuple[StatusData, bool]
+Executor: TypeAlias = Callable[[Context, StatusData], Awaitable[ExecutorResponse]]
+
+# The task runner sets the deadline of the task being run; executors called outside a run fall
+# back to the context's timeout.
+task_deadline: ContextVar[float | None] = ContextVar("scrapeflow_task_deadline", default=None)
+
+_EXECUTOR_NAME = "__scrapeflow_executor__"
+
+
+def executor_name(executor: Callable[..., Any]) -> str:
+    """The name an executor records itself under in the status (its function's name)."""
+    name = getattr(executor, _EXECUTOR_NAME, None)
+    return name if isinstance(name, str) else getattr(executor, "__name__", repr(executor))
+
+
+def is_forced(context: Context, name: str) -> bool:
+    return ALL in context.forced_executors or name in context.forced_executors
+
+
+def now_text() -> str:
+    """The ``_last_run`` timestamp: the seed's format, in UTC with its offset."""
+    return datetime.now(UTC).isoformat(sep=" ")
+
+
+def error_text(exc: BaseException) -> str:
+    """``ERROR <ExceptionType>::<message>``, with credentials scrubbed from the message."""
+    return f"{ERROR_PREFIX}{type(exc).__name__}::{redact(str(exc))}"
+
+
+def _takes_key(fn: Callable[..., Any]) -> bool:
+    """Whether a body has the ``(context, key, status)`` form rather than ``(context, status)``."""
+    params = [
+        p
+        for p in inspect.signature(fn).parameters.values()
+        if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD) and p.default is p.empty
+    ]
+    return len(params) >= 3
+
+
+def taskify(fn: Callable[..., Awaitable[Any]]) -> Executor:
+    """Make an :data:`Executor` from a task body.
+
+    The body is ``async def name(context, key, status)`` (or ``(context, status)``) and returns
+    its output, any JSON value. The executor records it under the body's name::
+
+        status[name]              = output      ({} when it failed)
+        status[name + "_status"]  = "SUCCESS" | "SKIPPED" | "ERROR <Type>::<message>"
+        status[name + "_last_run"]= "2022-08-05 16:03:52.336815+00:00"  (kept when SKIPPED)
+
+    A body that succeeded before is skipped unless forced. The errors of the seed's list
+    (aiohttp client errors, timeouts, cancellation, ``RuntimeError``) fail the task and are
+    recorded; any other exception is recorded and propagates, stopping the run.
+
+    A body may also return the raw ``(status, ok)`` pair of the :data:`Executor` protocol
+    (the status it was given, and a bool); it then manages its own fields.
+    """
+    name = fn.__name__
+    takes_key = _takes_key(fn)
+
+    @functools.wraps(fn)
+    async def executor(context: Context, status: StatusData) -> ExecutorResponse:
+        status_field = f"{name}_status"
+        if status.get(status_field) in (SUCCESS, SKIPPED) and not is_forced(context, name):
+            status[status_field] = SKIPPED
+            return status, True
+        deadline = task_deadline.get()
+        timeout_cm = (
+            asyncio.timeout(context.timeout_seconds)
+            if deadline is None
+            else asyncio.timeout_at(deadline)
+        )
+        try:
+            async with timeout_cm:
+                if takes_key:
+                    output = await fn(context, status["name"], status)
+                else:
+                    output = await fn(context, status)
+        except EXPECTED_ERRORS as exc:
+            if isinstance(exc, asyncio.CancelledError) and _cancelled_from_outside():
+                raise
+            _record(status, name, {}, error_text(exc))
+            return status, False
+        except Exception as exc:
+            _record(status, name, {}, error_text(exc))
+            raise
+        if (
+            isinstance(output, tuple)
+            and len(output) == 2
+            and output[0] is status
+            and isinstance(output[1], bool)
+        ):
+            return output[0], output[1]
+        _record(status, name, {} if output is None else output, SUCCESS)
+        return status, True
+
+    setattr(executor, _EXECUTOR_NAME, name)
+    return executor
+
+
+def _cancelled_from_outside() -> bool:
+    """True when the run itself is being cancelled (Ctrl-C), not just this executor's call."""
+    task = asyncio.current_task()
+    return task is not None and task.cancelling() > 0
+
+
+def _record(status: StatusData, name: str, output: Any, outcome: str) -> None:
+    status[name] = output
+    status[f"{name}_status"] = outcome
+    status[f"{name}_last_run"] = now_text()
+
+
+def as_executor(candidate: Callable[..., Awaitable[Any]]) -> Executor:
+    """An executor as given (already taskified) or a plain async body, taskified by name."""
+    if not callable(candidate):
+        raise TypeError(f"an executor must be an async function, got {candidate!r}")
+    if hasattr(candidate, _EXECUTOR_NAME):
+        return candidate
+    if not inspect.iscoroutinefunction(candidate):
+        raise TypeError(f"executor {executor_name(candidate)!r} must be an async function")
+    return taskify(candidate)

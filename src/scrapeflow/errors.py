@@ -1,0 +1,118 @@
+"""Every error scrapeflow raises on purpose derives from :class:`ScrapeflowError`.
+
+The tree::
+
+    ScrapeflowError
+    ├── ConfigError (ValueError)            bad settings or arguments; the message names the culprit
+    │   └── MissingSetting                  a mandatory value (argument or env var) is absent
+    ├── InputError (ValueError)             bad user input: a URL list, a task set, a params dict
+    ├── StatusError                         the status store cannot be used as asked
+    │   ├── StatusCorrupt                   a status file is not valid JSON or not a status object
+    │   ├── TaskNotFound (KeyError)         a key given without params has no status yet
+    │   └── TaskConflict                    a key's stored params differ from the params given
+    ├── ScrapeError (RuntimeError)          one task's scrape failed; recorded, the run goes on
+    │   ├── HTTPStatusError                 the server answered with an unexpected status code
+    │   └── ValidationFailed                the response_callback refused the content
+    ├── ProxyError                          proxy providers
+    │   ├── ProxiesNotLoaded                get_one_proxy() before load()
+    │   └── ProxyListUnavailable            a provider's list could not be fetched
+    └── MissingExtra (ImportError)          an optional dependency is not installed
+
+``ScrapeError`` also derives from :class:`RuntimeError` because the seed's contract is that an
+executor raising ``RuntimeError`` fails its task without stopping the run.
+"""
+
+from __future__ import annotations
+
+__all__ = [
+    "ConfigError",
+    "HTTPStatusError",
+    "InputError",
+    "MissingExtra",
+    "MissingSetting",
+    "ProxiesNotLoaded",
+    "ProxyError",
+    "ProxyListUnavailable",
+    "ScrapeError",
+    "ScrapeflowError",
+    "StatusCorrupt",
+    "StatusError",
+    "TaskConflict",
+    "TaskNotFound",
+    "ValidationFailed",
+]
+
+
+class ScrapeflowError(Exception):
+    """Root of every error scrapeflow raises on purpose."""
+
+
+class ConfigError(ScrapeflowError, ValueError):
+    """A setting or argument has a value scrapeflow cannot use."""
+
+
+class MissingSetting(ConfigError):
+    """A mandatory setting is absent; ``name`` is the argument or variable to set."""
+
+    def __init__(self, name: str, hint: str = "") -> None:
+        self.name = name
+        super().__init__(f"missing setting {name}" + (f": {hint}" if hint else ""))
+
+
+class InputError(ScrapeflowError, ValueError):
+    """User input (a URL list, a task set) is malformed; the message says where."""
+
+
+class StatusError(ScrapeflowError):
+    """The status store cannot be used as asked."""
+
+
+class StatusCorrupt(StatusError):
+    """A status file exists but does not hold a status object. It is left untouched."""
+
+
+class TaskNotFound(StatusError, KeyError):
+    """A task was given by key only, but the store has no status (and so no params) for it."""
+
+    def __str__(self) -> str:  # KeyError would quote the whole message
+        return str(self.args[0]) if self.args else ""
+
+
+class TaskConflict(StatusError):
+    """A task's stored params differ from the params given now. Nothing is overwritten."""
+
+
+class ScrapeError(ScrapeflowError, RuntimeError):
+    """One task's scrape failed. Recorded in the task's status; the run goes on."""
+
+
+class HTTPStatusError(ScrapeError):
+    """The server answered with a status code the executor does not accept."""
+
+    def __init__(self, status: int, url: str) -> None:
+        self.status = status
+        self.url = url
+        super().__init__(f"HTTP response {status}")
+
+
+class ValidationFailed(ScrapeError):
+    """The content validation callback refused the response body."""
+
+
+class ProxyError(ScrapeflowError):
+    """Proxy providers: a list that cannot be had or used."""
+
+
+class ProxiesNotLoaded(ProxyError, RuntimeError):
+    """``get_one_proxy`` was called on a remote provider before ``await provider.load()``."""
+
+
+class ProxyListUnavailable(ProxyError):
+    """A proxy service did not return a usable list."""
+
+
+class MissingExtra(ScrapeflowError, ImportError):
+    """An optional dependency is needed; the message gives the pip command that installs it."""
+
+    def __init__(self, feature: str, extra: str) -> None:
+        super().__init__(f"{feature} needs the '{extra}' extra: pip install 'scrapeflow[{extra}]'")

@@ -1,0 +1,339 @@
+"""The workflow engine: run every task's executors, in parallel, resumably.
+
+>>> from pathlib import Path
+>>> from scrapeflow.executor import execute_async
+>>> from scrapeflow.scrape import scrape
+>>> tasks = {"home": {"url": "http://127.0.0.1:8080/"}}
+>>> await execute_async([scrape], Path("/tmp/test/"), tasks)  # doctest: +SKIP
+['home']
+
+Each task's status is kept in ``<directory>/<key>.status.json``; a second call skips every
+executor that already succeeded, so a run that was stopped (Ctrl-C, a crash, ``kill -9``) picks
+up where it was.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import time
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import aiohttp
+
+from scrapeflow._logging import get_logger
+from scrapeflow._taskify import (
+    ALL,
+    Context,
+    Executor,
+    ExecutorResponse,
+    as_executor,
+    executor_name,
+    task_deadline,
+    taskify,
+)
+from scrapeflow.errors import ConfigError, InputError, TaskConflict, TaskNotFound
+from scrapeflow.proxies import ProxyProvider
+from scrapeflow.status import SKIPPED, JsonDirStore, Params, StatusData, StatusStore, check_key
+
+__all__ = [
+    "ALL",
+    "DEFAULT_MAX_PARALLELISM",
+    "DEFAULT_TIMEOUT",
+    "Context",
+    "Executor",
+    "ExecutorResponse",
+    "Params",
+    "RunProgress",
+    "StatusData",
+    "TaskOutcome",
+    "execute_async",
+    "taskify",
+]
+
+DEFAULT_TIMEOUT = 30.0
+"""Seconds a task may run before it is cancelled and recorded as a ``TimeoutError``."""
+
+DEFAULT_MAX_PARALLELISM = 100
+"""Concurrent tasks when ``max_parallelism`` is not given. Not a cap: any positive int works."""
+
+TaskInput = Mapping[str, Params] | Iterable[str] | Iterable[tuple[str, Params]]
+
+_log = get_logger(__name__)
+
+
+@dataclass(frozen=True, slots=True)
+class TaskOutcome:
+    """How one task ended in this run."""
+
+    key: str
+    ok: bool
+    skipped: bool  # every executor was skipped: nothing ran
+    statuses: dict[str, str]  # executor name -> its status text
+
+
+@dataclass(slots=True)
+class RunProgress:
+    """Counters of a run, passed to ``on_progress`` after every task."""
+
+    total: int | None
+    started_at: float = field(default_factory=time.monotonic)
+    done: int = 0
+    succeeded: int = 0
+    skipped: int = 0
+    failed: int = 0
+    last: TaskOutcome | None = None
+
+    @property
+    def elapsed(self) -> float:
+        return time.monotonic() - self.started_at
+
+    @property
+    def rate(self) -> float:
+        """Tasks finished per second so far."""
+        elapsed = self.elapsed
+        return self.done / elapsed if elapsed > 0 else 0.0
+
+
+ProgressCallback = Callable[[RunProgress], None]
+
+
+async def execute_async(
+    executors: Sequence[Executor],
+    directory: Path,
+    tasks: TaskInput,
+    timeout: float | None = None,  # noqa: ASYNC109 - the seed's signature
+    force_executors: list[str] | None = None,
+    max_parallelism: int | None = None,
+    proxy_provider: ProxyProvider | None = None,
+    *,
+    store: StatusStore | None = None,
+    session: aiohttp.ClientSession | None = None,
+    on_progress: ProgressCallback | None = None,
+) -> list[str]:
+    """Run ``executors`` in order on every task, ``max_parallelism`` tasks at a time.
+
+    ``tasks`` is a dict ``key -> params`` on the first run; later runs may give only the keys,
+    and the params are read back from the status files. Any iterable of keys or of
+    ``(key, params)`` pairs works too and is consumed lazily: a million tasks do not become a
+    million coroutines.
+
+    ``timeout`` (default 30 s) bounds each task; ``force_executors`` names executors to rerun
+    even if they succeeded before (``["all"]`` for all); ``proxy_provider`` gives the proxies
+    that ``scrape`` goes through.
+
+    Beyond the seed: ``store`` replaces the status directory by another :class:`StatusStore`;
+    ``session`` reuses your own ``aiohttp.ClientSession``; ``on_progress`` is called after each
+    task with the run's :class:`RunProgress`.
+
+    Returns the keys of the tasks that succeeded or were skipped, in input order. An error
+    outside the seed's expected list stops the run once every finished task's status is saved,
+    and propagates unchanged.
+    """
+    timeout = DEFAULT_TIMEOUT if timeout is None else float(timeout)
+    if timeout <= 0:
+        raise ConfigError(f"timeout must be positive, got {timeout}")
+    parallelism = DEFAULT_MAX_PARALLELISM if max_parallelism is None else max_parallelism
+    if not isinstance(parallelism, int) or parallelism < 1:
+        raise ConfigError(f"max_parallelism must be a positive integer, got {max_parallelism!r}")
+    chain = [as_executor(e) for e in executors]
+    if not chain:
+        raise ConfigError("executors is empty: give at least one executor")
+    forced = _check_forced(force_executors, chain)
+
+    store = JsonDirStore(directory) if store is None else store
+    await store.prepare()
+    if isinstance(tasks, Sequence) and not isinstance(tasks, str):
+        await _check_keys_known(tasks, store)
+    if proxy_provider is not None:
+        await proxy_provider.load()
+
+    own_session = session is None
+    if session is None:
+        session = aiohttp.ClientSession(
+            connector=aiohttp.TCPConnector(limit=parallelism, limit_per_host=0),
+            timeout=aiohttp.ClientTimeout(total=None),
+        )
+    context = Context(
+        dir=Path(directory),
+        session=session,
+        forced_executors=forced,
+        semaphore=asyncio.Semaphore(parallelism),
+        timeout_seconds=timeout,
+        proxy_provider=proxy_provider,
+    )
+    progress = RunProgress(total=len(tasks) if isinstance(tasks, Mapping | Sequence) else None)
+    run = _Run(chain, context, store, progress, on_progress)
+    _log.info(
+        "run.start",
+        directory=str(directory),
+        tasks=progress.total,
+        parallelism=parallelism,
+        executors=[executor_name(e) for e in chain],
+    )
+    try:
+        workers = (
+            parallelism if progress.total is None else max(1, min(parallelism, progress.total))
+        )
+        await run.run_all(_task_stream(tasks), workers)
+    finally:
+        if own_session:
+            await session.close()
+        _log.info(
+            "run.end",
+            done=progress.done,
+            succeeded=progress.succeeded,
+            skipped=progress.skipped,
+            failed=progress.failed,
+            seconds=round(progress.elapsed, 3),
+        )
+    return [key for _, key in sorted(run.succeeded)]
+
+
+def _check_forced(force_executors: list[str] | None, chain: list[Executor]) -> list[str]:
+    forced = list(force_executors or [])
+    names = {executor_name(e) for e in chain}
+    unknown = [f for f in forced if f != ALL and f not in names]
+    if unknown:
+        raise ConfigError(
+            f"force_executors names no executor of this run: {', '.join(unknown)} "
+            f"(executors: {', '.join(sorted(names))}; or 'all')"
+        )
+    return forced
+
+
+async def _check_keys_known(tasks: Sequence[Any], store: StatusStore) -> None:
+    """A list of bare keys must name tasks the store knows; say which do not before starting."""
+    missing = [t for t in tasks if isinstance(t, str) and not await store.exists(check_key(t))]
+    if missing:
+        shown = ", ".join(repr(k) for k in missing[:5]) + (" ..." if len(missing) > 5 else "")
+        raise TaskNotFound(
+            f"{len(missing)} task key(s) have no status in {store!r} and no params were given: "
+            f"{shown}; pass a dict key -> params the first time"
+        )
+
+
+def _task_stream(tasks: TaskInput) -> Iterator[tuple[int, str, Params | None]]:
+    items: Iterable[Any] = tasks.items() if isinstance(tasks, Mapping) else tasks
+    if isinstance(items, str):
+        raise InputError("tasks must be a dict key -> params or a list of keys, not a string")
+    for index, item in enumerate(items):
+        if isinstance(item, str):
+            yield index, check_key(item), None
+        elif isinstance(item, tuple) and len(item) == 2:
+            key, params = item
+            if not isinstance(params, Mapping):
+                raise InputError(f"params of task {key!r} must be a dict, got {params!r}")
+            yield index, check_key(key), dict(params)
+        else:
+            raise InputError(f"task #{index} is neither a key nor a (key, params) pair: {item!r}")
+
+
+class _Run:
+    """One call of ``execute_async``: a fixed pool of workers pulling tasks from a stream."""
+
+    def __init__(
+        self,
+        chain: list[Executor],
+        context: Context,
+        store: StatusStore,
+        progress: RunProgress,
+        on_progress: ProgressCallback | None,
+    ) -> None:
+        self.chain = chain
+        self.names = [executor_name(e) for e in chain]
+        self.context = context
+        self.store = store
+        self.progress = progress
+        self.on_progress = on_progress
+        self.succeeded: list[tuple[int, str]] = []
+
+    async def run_all(self, stream: Iterator[tuple[int, str, Params | None]], workers: int) -> None:
+        pool = [asyncio.create_task(self._worker(stream)) for _ in range(workers)]
+        try:
+            done, pending = await asyncio.wait(pool, return_when=asyncio.FIRST_EXCEPTION)
+        except asyncio.CancelledError:
+            await _cancel_all(pool)
+            raise
+        for task in done:
+            error = None if task.cancelled() else task.exception()
+            if error is not None:
+                await _cancel_all(pending)
+                raise error
+
+    async def _worker(self, stream: Iterator[tuple[int, str, Params | None]]) -> None:
+        # Tasks are pulled one at a time, so memory holds `workers` tasks, never the whole set.
+        for index, key, params in stream:
+            outcome = await self._run_task(key, params)
+            progress = self.progress
+            progress.done += 1
+            progress.last = outcome
+            if outcome.ok:
+                self.succeeded.append((index, key))
+                if outcome.skipped:
+                    progress.skipped += 1
+                else:
+                    progress.succeeded += 1
+            else:
+                progress.failed += 1
+                _log.debug("task.failed", key=key, statuses=outcome.statuses)
+            if self.on_progress is not None:
+                self.on_progress(progress)
+
+    async def _run_task(self, key: str, params: Params | None) -> TaskOutcome:
+        status = await self._load(key, params)
+        deadline = asyncio.get_running_loop().time() + self.context.timeout_seconds
+        token = task_deadline.set(deadline)
+        ok, ran_any, dirty = True, False, False
+        try:
+            for executor, name in zip(self.chain, self.names, strict=True):
+                before = status.get(f"{name}_status")
+                try:
+                    status, ok = await executor(self.context, status)
+                except Exception:
+                    await self.store.save(key, status)  # the error is recorded; keep it
+                    raise
+                ran = status.get(f"{name}_status") != SKIPPED
+                ran_any |= ran
+                if ran:
+                    await self.store.save(key, status)  # each executor's result, as it lands
+                    dirty = False
+                elif before != SKIPPED:
+                    dirty = True
+                if not ok:
+                    break
+            if dirty:
+                await self.store.save(key, status)
+        finally:
+            task_deadline.reset(token)
+        statuses = {n: str(status.get(f"{n}_status", "")) for n in self.names}
+        return TaskOutcome(key=key, ok=ok, skipped=ok and not ran_any, statuses=statuses)
+
+    async def _load(self, key: str, params: Params | None) -> StatusData:
+        status = await self.store.load(key)
+        if status is None:
+            if params is None:
+                raise TaskNotFound(f"task {key!r} has no status yet: give its params")
+            return {"name": key, "params": params}
+        if params is not None and status.get("params") != _as_stored(params):
+            raise TaskConflict(
+                f"task {key!r} was stored with other params than given now; "
+                "use another directory or another key (the stored status was left untouched)"
+            )
+        status["name"] = key
+        return status
+
+
+def _as_stored(params: Params) -> Any:
+    """``params`` as they read back from a status file (tuples become lists, and so on)."""
+    return json.loads(json.dumps(params, default=str))
+
+
+async def _cancel_all(tasks: Iterable[asyncio.Task[None]]) -> None:
+    tasks = list(tasks)
+    for task in tasks:
+        task.cancel()
+    await asyncio.gather(*tasks, return_exceptions=True)

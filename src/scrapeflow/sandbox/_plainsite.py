@@ -1,0 +1,178 @@
+"""The plain site: a deterministic website of linked pages with a sitemap.
+
+Routes::
+
+    GET /                      home page, links to the first pages
+    GET /page/{n}              page n (0 <= n < pages): a title, paragraphs, links to other pages
+    GET /sitemap.xml           sitemap index; /sitemap-{i}.xml list the pages 10,000 at a time
+    GET /robots.txt            points at the sitemap
+    GET /status/{code}         answers with that status code
+    ANY /echo                  the request's method, query, form or JSON body and headers, as JSON
+    GET /delay/{ms}            answers after ms milliseconds
+    GET /bytes/{n}             n deterministic bytes
+
+Same seed, same pages. Pages are made on request from the seed and their number, so a site of a
+million pages costs no memory. ``SiteConfig.latency_ms`` adds a delay per response.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import random
+from collections import Counter
+from dataclasses import dataclass
+from html import escape
+
+from aiohttp import web
+from aiohttp.typedefs import Handler
+
+__all__ = ["PlainSite", "SiteConfig"]
+
+SITEMAP_CHUNK = 10_000
+_WORDS = (
+    "river stone market lantern harbor meadow signal copper orchard velvet canyon ember glacier "
+    "atlas beacon cedar delta falcon garnet horizon island juniper kettle lumen mosaic nectar "
+    "opal prism quartz raven saffron tundra umber vessel willow zephyr"
+).split()
+
+
+@dataclass(frozen=True, slots=True)
+class SiteConfig:
+    """How the plain site behaves. ``latency_ms`` is a (low, high) range drawn per response."""
+
+    pages: int = 1000
+    seed: int = 0
+    links_per_page: int = 8
+    paragraphs: int = 4
+    latency_ms: tuple[float, float] = (0.0, 0.0)
+
+
+class PlainSite:
+    """The plain site's pages and app. ``hits`` counts requests per path (for tests)."""
+
+    def __init__(self, config: SiteConfig | None = None) -> None:
+        self.config = config or SiteConfig()
+        self.hits: Counter[str] = Counter()
+
+    def app(self) -> web.Application:
+        app = web.Application(middlewares=[self._middleware])
+        app.router.add_get("/", self._home)
+        app.router.add_get("/page/{n:\\d+}", self._page)
+        app.router.add_get("/sitemap.xml", self._sitemap_index)
+        app.router.add_get("/sitemap-{i:\\d+}.xml", self._sitemap_chunk)
+        app.router.add_get("/robots.txt", self._robots)
+        app.router.add_get("/status/{code:\\d{3}}", self._status)
+        app.router.add_route("*", "/echo", self._echo)
+        app.router.add_get("/delay/{ms:\\d+}", self._delay)
+        app.router.add_get("/bytes/{n:\\d+}", self._bytes)
+        return app
+
+    def page_title(self, n: int) -> str:
+        rng = random.Random(self.config.seed * 1_000_003 + n)
+        return " ".join(rng.choice(_WORDS).capitalize() for _ in range(3)) + f" #{n}"
+
+    def page_links(self, n: int) -> list[int]:
+        rng = random.Random((self.config.seed * 1_000_003 + n) ^ 0x5EED)
+        pages = self.config.pages
+        return [rng.randrange(pages) for _ in range(min(self.config.links_per_page, pages))]
+
+    def page_html(self, n: int) -> str:
+        rng = random.Random(self.config.seed * 7_919 + n)
+        title = escape(self.page_title(n))
+        paragraphs = "\n".join(
+            "<p>" + " ".join(rng.choice(_WORDS) for _ in range(rng.randint(40, 90))) + ".</p>"
+            for _ in range(self.config.paragraphs)
+        )
+        links = "\n".join(
+            f'<li><a href="/page/{m}">{escape(self.page_title(m))}</a></li>'
+            for m in self.page_links(n)
+        )
+        return (
+            f"<!doctype html><html><head><title>{title}</title></head><body>"
+            f'<h1 id="title">{title}</h1><article data-page="{n}">{paragraphs}</article>'
+            f'<ul class="links">{links}</ul></body></html>'
+        )
+
+    @web.middleware
+    async def _middleware(self, request: web.Request, handler: Handler) -> web.StreamResponse:
+        self.hits[request.path] += 1
+        low, high = self.config.latency_ms
+        if high > 0:
+            await asyncio.sleep(random.uniform(low, high) / 1000)
+        response: web.StreamResponse = await handler(request)
+        return response
+
+    async def _home(self, request: web.Request) -> web.Response:
+        links = "".join(
+            f'<li><a href="/page/{n}">page {n}</a></li>' for n in range(min(20, self.config.pages))
+        )
+        return web.Response(
+            text=f"<html><body><ul>{links}</ul></body></html>", content_type="text/html"
+        )
+
+    async def _page(self, request: web.Request) -> web.Response:
+        n = int(request.match_info["n"])
+        if n >= self.config.pages:
+            raise web.HTTPNotFound(text=f"no page {n}")
+        return web.Response(text=self.page_html(n), content_type="text/html")
+
+    async def _sitemap_index(self, request: web.Request) -> web.Response:
+        base = f"{request.scheme}://{request.host}"
+        chunks = range((self.config.pages + SITEMAP_CHUNK - 1) // SITEMAP_CHUNK)
+        entries = "".join(f"<sitemap><loc>{base}/sitemap-{i}.xml</loc></sitemap>" for i in chunks)
+        return _xml(f'<sitemapindex xmlns="{_SITEMAP_NS}">{entries}</sitemapindex>')
+
+    async def _sitemap_chunk(self, request: web.Request) -> web.Response:
+        i = int(request.match_info["i"])
+        start = i * SITEMAP_CHUNK
+        if start >= self.config.pages:
+            raise web.HTTPNotFound(text=f"no sitemap chunk {i}")
+        base = f"{request.scheme}://{request.host}"
+        stop = min(start + SITEMAP_CHUNK, self.config.pages)
+        entries = "".join(f"<url><loc>{base}/page/{n}</loc></url>" for n in range(start, stop))
+        return _xml(f'<urlset xmlns="{_SITEMAP_NS}">{entries}</urlset>')
+
+    async def _robots(self, request: web.Request) -> web.Response:
+        base = f"{request.scheme}://{request.host}"
+        return web.Response(text=f"User-agent: *\nAllow: /\nSitemap: {base}/sitemap.xml\n")
+
+    async def _status(self, request: web.Request) -> web.Response:
+        code = int(request.match_info["code"])
+        return web.Response(status=code, text=f"status {code}")
+
+    async def _echo(self, request: web.Request) -> web.Response:
+        body: object
+        if request.content_type == "application/json":
+            body = await request.json()
+        elif request.content_type in ("application/x-www-form-urlencoded", "multipart/form-data"):
+            body = dict(await request.post())
+        else:
+            body = (await request.read()).decode(errors="replace")
+        return web.json_response(
+            {
+                "method": request.method,
+                "query": dict(request.query),
+                "body": body,
+                "headers": dict(request.headers),
+            }
+        )
+
+    async def _delay(self, request: web.Request) -> web.Response:
+        ms = int(request.match_info["ms"])
+        await asyncio.sleep(ms / 1000)
+        return web.Response(text=f"waited {ms} ms")
+
+    async def _bytes(self, request: web.Request) -> web.Response:
+        n = int(request.match_info["n"])
+        block = hashlib.sha512(str(self.config.seed).encode()).digest()
+        return web.Response(body=(block * (n // len(block) + 1))[:n])
+
+
+_SITEMAP_NS = "http://www.sitemaps.org/schemas/sitemap/0.9"
+
+
+def _xml(text: str) -> web.Response:
+    return web.Response(
+        text='<?xml version="1.0" encoding="UTF-8"?>' + text, content_type="application/xml"
+    )

@@ -1,0 +1,170 @@
+"""Executors that fetch ``status["params"]["url"]`` into ``<dir>/<key>.scrape``.
+
+``scrape`` sends a GET, or a POST of ``params["post_payload"]`` (a dict, sent form-encoded) when
+it is set; ``params["headers"]`` adds request headers. Its output in the status::
+
+    {"size": 95534, "content": "<md5 of the body>", "response_headers": {...},
+     "http_status": 200, "final_url": "http://.../after-redirects"}
+
+Anything but a 200 fails the task with ``HTTPStatusError``. The body file is written atomically
+and only once the response is complete and accepted, so a ``.scrape`` file is always whole.
+
+``scrape_with_validation`` is the same with a ``response_callback(content)`` that raises
+``RuntimeError`` when the content is not what was expected (a CAPTCHA page served with a 200);
+then no scrape file is left for the task and the error is recorded. Call it from your own
+executor, whose name is the one recorded::
+
+    async def scrape(context, status):
+        return await scrape_with_validation(context, status, callback)
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import hashlib
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any, overload
+
+import aiohttp
+
+from scrapeflow._jsonfile import atomic_write_bytes
+from scrapeflow._taskify import Context, taskify
+from scrapeflow.errors import HTTPStatusError, ScrapeError, ValidationFailed
+from scrapeflow.status import StatusData
+
+__all__ = [
+    "SCRAPE_SUFFIX",
+    "NoProxyAvailable",
+    "ResponseCallback",
+    "scrape",
+    "scrape_with_validation",
+]
+
+SCRAPE_SUFFIX = ".scrape"
+ResponseCallback = Callable[[bytes], None]
+
+# Bodies above this size are written from a worker thread so the event loop keeps serving others.
+_THREAD_WRITE_BYTES = 256 * 1024
+_PROXY_FAILURES = (aiohttp.ClientProxyConnectionError, aiohttp.ClientHttpProxyError)
+
+
+class NoProxyAvailable(ScrapeError):
+    """A proxy provider is set but has no good proxy left; the task is not sent directly."""
+
+
+async def _fetch(context: Context, status: StatusData) -> tuple[bytes, dict[str, Any]]:
+    """Send the task's request, through a proxy if the run has a provider. Body and output."""
+    if context.session is None:
+        raise ScrapeError("the context has no HTTP session")
+    params = status["params"]
+    url = params.get("url")
+    if not isinstance(url, str) or not url:
+        raise ScrapeError("params has no 'url'")
+    payload = params.get("post_payload")
+    method = "POST" if payload is not None else "GET"
+    headers = params.get("headers")
+    provider = context.proxy_provider
+    attempts = provider.default_retries if provider is not None else 1
+    for attempt in range(1, attempts + 1):
+        proxy = None
+        if provider is not None:
+            proxy = provider.get_one_proxy(params.get("country"))
+            if proxy is None:
+                raise NoProxyAvailable("no good proxy left in the proxy provider")
+        try:
+            async with (
+                context.semaphore,
+                context.session.request(
+                    method, url, data=payload, headers=headers, proxy=proxy
+                ) as response,
+            ):
+                body = await response.read()
+                if response.status != 200:
+                    raise HTTPStatusError(response.status, url)
+                output = {
+                    "size": len(body),
+                    "content": hashlib.md5(body, usedforsecurity=False).hexdigest(),
+                    "response_headers": {k: response.headers.getone(k) for k in response.headers},
+                    "http_status": response.status,
+                    "final_url": str(response.url),
+                }
+                return body, output
+        except _PROXY_FAILURES:
+            # The proxy, not the site, failed: stop using it and try another one.
+            if provider is None or proxy is None or attempt == attempts:
+                raise
+            provider.mark_bad(proxy)
+    raise ScrapeError("unreachable")  # pragma: no cover - the loop returns or raises
+
+
+async def _write_body(path: Path, body: bytes) -> None:
+    if len(body) >= _THREAD_WRITE_BYTES:
+        await asyncio.to_thread(atomic_write_bytes, path, body)
+    else:
+        atomic_write_bytes(path, body)
+
+
+def scrape_path(context: Context, key: str) -> Path:
+    """Where ``scrape`` stores the body of task ``key``."""
+    return Path(context.dir) / f"{key}{SCRAPE_SUFFIX}"
+
+
+@taskify
+async def scrape(context: Context, key: str, status: StatusData) -> StatusData:
+    """GET (or POST ``post_payload``) the task's URL; store the body in ``<key>.scrape``."""
+    body, output = await _fetch(context, status)
+    await _write_body(scrape_path(context, key), body)
+    return output
+
+
+@overload
+async def scrape_with_validation(
+    context: Context, key: str, status: StatusData, response_callback: ResponseCallback | None
+) -> StatusData: ...
+@overload
+async def scrape_with_validation(
+    context: Context, status: StatusData, response_callback: ResponseCallback | None = None
+) -> StatusData: ...
+async def scrape_with_validation(context: Context, *args: Any, **kwargs: Any) -> StatusData:
+    """Like ``scrape``, then ``response_callback(body)``; if it raises, no scrape file is kept.
+
+    Both call forms of the seed work: ``(context, key, status, response_callback)`` and
+    ``(context, status, response_callback)``; the key defaults to ``status["name"]``.
+    """
+    key, status, callback = _validation_args(args, kwargs)
+    path = scrape_path(context, key)
+    body, output = await _fetch(context, status)
+    if callback is not None:
+        try:
+            callback(body)
+        except Exception as exc:
+            with contextlib.suppress(FileNotFoundError):
+                path.unlink()
+            if isinstance(exc, RuntimeError):
+                raise
+            raise ValidationFailed(f"{type(exc).__name__}: {exc}") from exc
+    await _write_body(path, body)
+    return output
+
+
+def _validation_args(
+    args: tuple[Any, ...], kwargs: dict[str, Any]
+) -> tuple[str, StatusData, ResponseCallback | None]:
+    callback = kwargs.pop("response_callback", None)
+    status_kw = kwargs.pop("status", None)
+    key_kw = kwargs.pop("key", None)
+    if kwargs:
+        raise TypeError(f"unexpected arguments: {', '.join(kwargs)}")
+    rest = list(args)
+    if rest and isinstance(rest[0], str):
+        key_kw = rest.pop(0)
+    if rest and isinstance(rest[0], dict):
+        status_kw = rest.pop(0)
+    if rest:
+        callback = rest.pop(0)
+    if rest or not isinstance(status_kw, dict):
+        raise TypeError("scrape_with_validation(context, [key,] status, response_callback)")
+    key = key_kw if isinstance(key_kw, str) else status_kw["name"]
+    return key, status_kw, callback

@@ -1,0 +1,232 @@
+"""Per-task status: the ``StatusData`` object, where it is stored, and how to read it back.
+
+A task's status is a JSON object (the seed's ``<key>.status.json``)::
+
+    {
+      "name": "9cbc5ee4b61e0acb335d56e96c6b2586",  # the task's key, the file's basename
+      "params": {"url": "http://www.bing.com"},  # the task, as given on the first run
+      "scrape": {"size": 95534, "content": "b20a...", "response_headers": {...}},
+      "scrape_status": "SUCCESS",                # SUCCESS | SKIPPED | ERROR <Type>::<message>
+      "scrape_last_run": "2022-08-05 16:03:52.336815+00:00"  # UTC; kept when SKIPPED
+    }
+
+Where statuses live is a :class:`StatusStore`. The default, :class:`JsonDirStore`, is the seed's
+format: one file per task in a directory, each written atomically (temp file + rename), so a run
+killed at any moment never leaves a cut file behind.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+from collections import Counter
+from collections.abc import Iterator
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
+
+from scrapeflow._jsonfile import atomic_write_bytes, sweep_stale_temp_files
+from scrapeflow.errors import InputError, MissingExtra, StatusCorrupt, StatusError
+
+if TYPE_CHECKING:
+    import pandas as pd
+
+__all__ = [
+    "ERROR_PREFIX",
+    "SKIPPED",
+    "STATUS_SUFFIX",
+    "SUCCESS",
+    "JsonDirStore",
+    "Params",
+    "StatusData",
+    "StatusStore",
+    "executor_names",
+    "iter_statuses",
+    "read_status",
+    "status_summary",
+    "summarize",
+]
+
+StatusData = dict[str, Any]
+"""A task's status: ``name``, ``params`` and, per executor, its output, status and last run."""
+
+Params = dict[str, Any]
+"""A task's parameters; ``url`` is the one the built-in executors read."""
+
+SUCCESS = "SUCCESS"
+SKIPPED = "SKIPPED"
+ERROR_PREFIX = "ERROR "
+STATUS_SUFFIX = ".status.json"
+
+_RESERVED_KEYS = {"name", "params"}
+_KEY_FORBIDDEN = re.compile(r"[/\\\x00]")
+_MAX_KEY_LENGTH = 200
+
+
+def check_key(key: object) -> str:
+    """Return ``key`` if it can name a status file, else raise :class:`InputError` naming it."""
+    if not isinstance(key, str):
+        raise InputError(f"task key must be a string, got {type(key).__name__}: {key!r}")
+    if (
+        not key
+        or key in {".", ".."}
+        or key.startswith(".")
+        or _KEY_FORBIDDEN.search(key)
+        or len(key) > _MAX_KEY_LENGTH
+    ):
+        raise InputError(
+            f"task key {key!r} cannot be a file name "
+            f"(non-empty, no '/', no leading '.', at most {_MAX_KEY_LENGTH} characters)"
+        )
+    return key
+
+
+@runtime_checkable
+class StatusStore(Protocol):
+    """Where task statuses are kept. The engine only talks to this interface.
+
+    Implementations must make ``save`` atomic: after a crash, ``load`` returns the last saved
+    status or ``None``, never a partial one.
+    """
+
+    async def prepare(self) -> None:
+        """Make the store usable (create it, check it is writable); raise a clear error if not."""
+
+    async def load(self, key: str) -> StatusData | None:
+        """The task's status, or ``None`` when the task has never been saved."""
+
+    async def save(self, key: str, status: StatusData) -> None:
+        """Replace the task's status, atomically."""
+
+    async def exists(self, key: str) -> bool:
+        """Whether the task has a saved status."""
+
+    def keys(self) -> Iterator[str]:
+        """Every saved task's key, in no particular order."""
+
+
+class JsonDirStore:
+    """The seed's store: ``<directory>/<key>.status.json``, one JSON file per task.
+
+    ``fsync=True`` flushes every write to disk (survives power loss, costs a disk flush per
+    task); by default writes are atomic against process crashes, which is what a killed run
+    needs, and fast.
+    """
+
+    def __init__(self, directory: Path | str, *, fsync: bool = False) -> None:
+        self.directory = Path(directory)
+        self.fsync = fsync
+
+    def __repr__(self) -> str:
+        return f"JsonDirStore({str(self.directory)!r})"
+
+    def path(self, key: str) -> Path:
+        """The status file of ``key``."""
+        return self.directory / f"{key}{STATUS_SUFFIX}"
+
+    async def prepare(self) -> None:
+        try:
+            self.directory.mkdir(parents=True, exist_ok=True)
+            probe = self.directory / f".scrapeflow-write-probe-{os.getpid()}"
+            probe.write_bytes(b"")
+            probe.unlink()
+        except OSError as exc:
+            raise StatusError(
+                f"cannot write status files to {self.directory}: {exc.strerror or exc}"
+            ) from exc
+        sweep_stale_temp_files(self.directory)
+
+    async def load(self, key: str) -> StatusData | None:
+        return load_status_file(self.path(key))
+
+    async def save(self, key: str, status: StatusData) -> None:
+        data = json.dumps(status, indent=2, ensure_ascii=False, default=str).encode()
+        atomic_write_bytes(self.path(key), data, fsync=self.fsync)
+
+    async def exists(self, key: str) -> bool:
+        return self.path(key).is_file()
+
+    def keys(self) -> Iterator[str]:
+        if not self.directory.is_dir():
+            return
+        with os.scandir(self.directory) as entries:
+            for entry in entries:
+                if entry.name.endswith(STATUS_SUFFIX) and not entry.name.startswith("."):
+                    yield entry.name[: -len(STATUS_SUFFIX)]
+
+
+def load_status_file(path: Path) -> StatusData | None:
+    """Parse one status file; ``None`` if absent, :class:`StatusCorrupt` if not a status."""
+    try:
+        raw = path.read_bytes()
+    except FileNotFoundError:
+        return None
+    try:
+        status = json.loads(raw)
+    except (UnicodeDecodeError, json.JSONDecodeError) as exc:
+        raise StatusCorrupt(f"{path} is not valid JSON ({exc}); it was left untouched") from exc
+    if not isinstance(status, dict) or not isinstance(status.get("params"), dict):
+        raise StatusCorrupt(f"{path} is not a scrapeflow status (no 'params' object)")
+    return status
+
+
+def iter_statuses(directory: Path | str) -> Iterator[StatusData]:
+    """Every status in ``directory``, one at a time (memory stays flat for huge runs)."""
+    directory = Path(directory)
+    if not directory.is_dir():
+        raise StatusError(f"{directory} is not a directory")
+    store = JsonDirStore(directory)
+    for key in store.keys():  # noqa: SIM118 - a store, not a dict
+        status = load_status_file(store.path(key))
+        if status is not None:  # removed between listing and reading
+            yield status
+
+
+def executor_names(status: StatusData) -> list[str]:
+    """The executors recorded in ``status``, in the order they appear."""
+    return [
+        k[: -len("_status")]
+        for k in status
+        if k.endswith("_status") and k not in _RESERVED_KEYS and k[: -len("_status")] in status
+    ]
+
+
+def summarize(directory: Path | str) -> dict[str, Counter[str]]:
+    """Per executor, how many tasks ended with each status message. No pandas needed.
+
+    >>> summarize("/tmp/run")  # doctest: +SKIP
+    {'scrape': Counter({'SUCCESS': 980, 'ERROR HTTPStatusError::HTTP response 404': 20})}
+    """
+    summary: dict[str, Counter[str]] = {}
+    for status in iter_statuses(directory):
+        for name in executor_names(status):
+            summary.setdefault(name, Counter())[str(status[f"{name}_status"])] += 1
+    return summary
+
+
+def _pandas() -> Any:
+    try:
+        import pandas
+    except ImportError as exc:
+        raise MissingExtra("read_status and status_summary", "pandas") from exc
+    return pandas
+
+
+def read_status(directory: Path) -> pd.DataFrame:
+    """All status files in ``directory`` as a DataFrame: one row per task, indexed by name."""
+    pandas = _pandas()
+    frame: pd.DataFrame = pandas.DataFrame.from_records(list(iter_statuses(directory)))
+    if not frame.empty:
+        frame = frame.set_index("name", drop=False).sort_index()
+    return frame
+
+
+def status_summary(directory: Path) -> pd.DataFrame:
+    """Per executor (columns), the histogram of status messages (rows) in ``directory``."""
+    pandas = _pandas()
+    summary = summarize(directory)
+    frame: pd.DataFrame = pandas.DataFrame(
+        {name: pandas.Series(counts) for name, counts in summary.items()}
+    )
+    frame = frame.fillna(0).astype(int).sort_index()
+    return frame
