@@ -9,26 +9,45 @@
 ('http://127.0.0.3:8888', 'http://127.0.0.4:8888')
 
 Static providers are usable at once. Remote providers (paid or free services) fetch their list in
-``await provider.load()``; ``execute_async`` and ``check_proxies`` call it for you.
+``await provider.load()``; ``execute_async`` and ``check_proxies`` call it for you::
+
+    provider = ProxyProviderFromWebshare()  # reads WEBSHARE_API_KEY; no I/O yet
+    await provider.load()                   # fetches the list once; refresh() fetches it again
+    provider.get_one_proxy("US")
+
+A list that cannot be had raises :class:`~scrapeflow.errors.ProxyListUnavailable`; its message
+names the service and the problem, never the API key or a proxy password.
 """
 
 from __future__ import annotations
 
 import asyncio
+import json
+import os
 import random
 from collections.abc import Iterable, Mapping
+from typing import Any, ClassVar
 
 import aiohttp
 import yarl
 
 from scrapeflow._redact import redact
-from scrapeflow.errors import InputError, ProxiesNotLoaded
+from scrapeflow.errors import (
+    ConfigError,
+    InputError,
+    MissingSetting,
+    ProxiesNotLoaded,
+    ProxyListUnavailable,
+)
 
 __all__ = [
     "DEFAULT_CHECK_URL",
     "ProxyProvider",
     "ProxyProviderFromDict",
+    "ProxyProviderFromIPRoyal",
     "ProxyProviderFromList",
+    "ProxyProviderFromProxyscrape",
+    "ProxyProviderFromWebshare",
 ]
 
 DEFAULT_CHECK_URL = "http://www.gstatic.com/generate_204"
@@ -174,3 +193,322 @@ class ProxyProviderFromDict(ProxyProvider):
         self, proxies: Mapping[str, Iterable[str]], *, check_url: str = DEFAULT_CHECK_URL
     ) -> None:
         super().__init__(proxies, check_url=check_url)
+
+
+# --- Remote providers -------------------------------------------------------------------------
+
+_API_TIMEOUT = 30.0
+_WEBSHARE_PAGE_SIZE = 100
+_WEBSHARE_MAX_PAGES = 1_000  # 100,000 proxies: far past any plan, a stop for a looping `next`
+
+
+def _setting(value: str | None, *, argument: str, variable: str, owner: str) -> str:
+    """``value``, else the environment variable; neither raises :class:`MissingSetting`."""
+    if value is None:
+        value = os.environ.get(variable)
+    value = (value or "").strip()
+    if not value:
+        raise MissingSetting(
+            variable, f"pass {argument}=... to {owner} or set the {variable} environment variable"
+        )
+    if any(c in value for c in "\r\n\x00"):
+        raise ConfigError(f"{owner}: {argument} ({variable}) contains a line break")
+    return value
+
+
+def _proxy_url(host: Any, port: Any, user: Any = None, password: Any = None) -> str | None:
+    """``http://[user:password@]host:port``, credentials percent-encoded; ``None`` if invalid."""
+    if not isinstance(host, str) or not host.strip():
+        return None
+    try:
+        number = int(port)
+        if not 0 < number < 65536:
+            return None
+        url = yarl.URL.build(
+            scheme="http",
+            host=host.strip(),
+            port=number,
+            user=str(user) if user else None,
+            password=str(password) if user and password else None,
+        )
+    except (TypeError, ValueError):
+        return None
+    return str(url)
+
+
+class _RemoteProxyProvider(ProxyProvider):
+    """A provider whose list comes from a web API: fetched by ``load``, again by ``refresh``."""
+
+    service: ClassVar[str]
+    default_base_url: ClassVar[str]
+
+    def __init__(self, *, base_url: str | None, timeout: float, check_url: str) -> None:
+        super().__init__(None, check_url=check_url)
+        base = yarl.URL(base_url or self.default_base_url)
+        if base.scheme not in {"http", "https"} or not base.host:
+            raise ConfigError(f"{type(self).__name__}: base_url must be an http(s) URL")
+        self.base_url = str(base).rstrip("/")
+        if timeout <= 0:
+            raise ConfigError(f"{type(self).__name__}: timeout must be positive, got {timeout}")
+        self.timeout = float(timeout)
+        self._lock = asyncio.Lock()  # binds to a loop on first use, not here
+
+    async def load(self) -> None:
+        """Fetch the proxy list unless it was fetched already."""
+        async with self._lock:
+            if not self._loaded:
+                await self._refetch()
+
+    async def refresh(self) -> None:
+        """Fetch the proxy list again; bad proxies still in the new list stay bad."""
+        async with self._lock:
+            await self._refetch()
+
+    async def _refetch(self) -> None:
+        timeout = aiohttp.ClientTimeout(total=self.timeout)
+        async with aiohttp.ClientSession(timeout=timeout) as session:
+            proxies = await self._fetch(session)
+        if not any(proxies.values()):
+            raise self._unavailable("the service returned no usable proxy")
+        self._set_proxies(proxies)
+        self.bad_proxies &= set(self.all_proxies())
+
+    async def _fetch(self, session: aiohttp.ClientSession) -> dict[str, list[str]]:
+        """The service's proxies by country code (``""`` when it gives none)."""
+        raise NotImplementedError
+
+    def _secrets(self) -> list[str]:
+        """Values that must never appear in a message (API keys)."""
+        return []
+
+    def _unavailable(self, problem: str) -> ProxyListUnavailable:
+        text = redact(" ".join(problem.split()))
+        for secret in self._secrets():
+            text = text.replace(secret, "***")
+        return ProxyListUnavailable(f"{self.service} proxy list unavailable: {text}")
+
+    async def _get_json(
+        self,
+        session: aiohttp.ClientSession,
+        path: str,
+        *,
+        params: Mapping[str, str | int] | None = None,
+        headers: Mapping[str, str] | None = None,
+    ) -> Any:
+        """GET ``base_url + path`` and decode its JSON; every failure is ProxyListUnavailable."""
+        url = self.base_url + path
+        try:
+            # No redirects: a redirect to another host would carry the API key header along.
+            async with session.get(
+                url, params=params, headers=headers, allow_redirects=False
+            ) as response:
+                body = await response.read()
+                status, reason = response.status, response.reason or ""
+        except aiohttp.ClientError as exc:
+            raise self._unavailable(f"cannot fetch {url}: {type(exc).__name__}: {exc}") from exc
+        except TimeoutError as exc:
+            raise self._unavailable(f"no answer from {url} within {self.timeout:g} s") from exc
+        if not 200 <= status < 300:
+            raise self._unavailable(f"HTTP {status} {reason} from {url}")
+        try:
+            return json.loads(body)
+        except ValueError as exc:
+            raise self._unavailable(f"{url} did not answer JSON") from exc
+
+
+class ProxyProviderFromProxyscrape(_RemoteProxyProvider):
+    """Free public HTTP proxies from ProxyScrape, by country. No API key.
+
+    Endpoint: ProxyScrape's free proxy list API v3,
+    ``GET https://api.proxyscrape.com/v3/free-proxy-list/get?request=displayproxies
+    &protocol=http&format=json&timeout=<ms>&country=<code|all>``, which answers
+    ``{"proxies": [{"ip": ..., "port": ..., "protocol": "http", "alive": true,
+    "ip_data": {"countryCode": "US", ...}, ...}, ...]}``. Proxies are filed under
+    ``ip_data.countryCode`` (``""`` when absent); the ones reported dead are left out.
+
+    Free proxies come and go, so check them before use::
+
+        provider = ProxyProviderFromProxyscrape(country="DE")
+        await provider.check_proxies(timeout=10, retries=1)
+    """
+
+    service = "ProxyScrape"
+    default_base_url = "https://api.proxyscrape.com/v3"
+    path = "/free-proxy-list/get"
+
+    def __init__(
+        self,
+        *,
+        country: str = "all",
+        max_timeout_ms: int = 10_000,
+        base_url: str | None = None,
+        timeout: float = _API_TIMEOUT,
+        check_url: str = DEFAULT_CHECK_URL,
+    ) -> None:
+        super().__init__(base_url=base_url, timeout=timeout, check_url=check_url)
+        self.country = country
+        self.max_timeout_ms = max_timeout_ms
+
+    async def _fetch(self, session: aiohttp.ClientSession) -> dict[str, list[str]]:
+        params: dict[str, str | int] = {
+            "request": "displayproxies",
+            "protocol": "http",
+            "format": "json",
+            "timeout": self.max_timeout_ms,
+            "country": self.country,
+        }
+        data = await self._get_json(session, self.path, params=params)
+        entries = data.get("proxies") if isinstance(data, dict) else None
+        if not isinstance(entries, list):
+            raise self._unavailable(f"no 'proxies' list in the answer of {self.path}")
+        proxies: dict[str, list[str]] = {}
+        for entry in entries:
+            if not isinstance(entry, dict) or entry.get("alive") is False:
+                continue
+            if entry.get("protocol", "http") != "http":
+                continue
+            url = _proxy_url(entry.get("ip"), entry.get("port"))
+            if url is None:
+                continue
+            ip_data = entry.get("ip_data")
+            code = ip_data.get("countryCode") if isinstance(ip_data, dict) else None
+            proxies.setdefault(code if isinstance(code, str) else NO_COUNTRY, []).append(url)
+        return proxies
+
+
+class ProxyProviderFromWebshare(_RemoteProxyProvider):
+    """Your Webshare proxies, by country. Needs an API key.
+
+    Endpoint: Webshare API v2, "List proxies" (https://apidocs.webshare.io/proxy-list),
+    ``GET https://proxy.webshare.io/api/v2/proxy/list/?mode=direct&page=<n>&page_size=100``
+    with the header ``Authorization: Token <API key>``. It answers
+    ``{"count": ..., "next": ..., "previous": ..., "results": [...]}``; pages are read while
+    ``next`` is set. Each result's ``username``, ``password``, ``proxy_address`` and ``port``
+    make the proxy URL, filed under its ``country_code``; results with ``valid: false`` are left
+    out. Webshare bills bandwidth, so use it where a free list will not do.
+
+    The key is ``api_key`` or the ``WEBSHARE_API_KEY`` environment variable.
+    """
+
+    service = "Webshare"
+    default_base_url = "https://proxy.webshare.io/api/v2"
+    path = "/proxy/list/"
+
+    def __init__(
+        self,
+        *,
+        api_key: str | None = None,
+        base_url: str | None = None,
+        timeout: float = _API_TIMEOUT,
+        check_url: str = DEFAULT_CHECK_URL,
+    ) -> None:
+        self._api_key = _setting(
+            api_key, argument="api_key", variable="WEBSHARE_API_KEY", owner=type(self).__name__
+        )
+        super().__init__(base_url=base_url, timeout=timeout, check_url=check_url)
+
+    def _secrets(self) -> list[str]:
+        return [self._api_key]
+
+    async def _fetch(self, session: aiohttp.ClientSession) -> dict[str, list[str]]:
+        headers = {"Authorization": f"Token {self._api_key}"}
+        proxies: dict[str, list[str]] = {}
+        for page in range(1, _WEBSHARE_MAX_PAGES + 1):
+            # Pages are asked by number rather than by following `next`, a URL the answer
+            # chooses: the key is only ever sent to base_url.
+            params: dict[str, str | int] = {
+                "mode": "direct",
+                "page": page,
+                "page_size": _WEBSHARE_PAGE_SIZE,
+            }
+            data = await self._get_json(session, self.path, params=params, headers=headers)
+            results = data.get("results") if isinstance(data, dict) else None
+            if not isinstance(results, list):
+                raise self._unavailable(f"no 'results' list in page {page} of {self.path}")
+            for entry in results:
+                if not isinstance(entry, dict) or entry.get("valid") is False:
+                    continue
+                url = _proxy_url(
+                    entry.get("proxy_address"),
+                    entry.get("port"),
+                    entry.get("username"),
+                    entry.get("password"),
+                )
+                if url is None:
+                    continue
+                code = entry.get("country_code")
+                proxies.setdefault(code if isinstance(code, str) else NO_COUNTRY, []).append(url)
+            if not data.get("next"):
+                return proxies
+        raise self._unavailable(f"{self.path} still has a next page after {page} pages")
+
+
+class ProxyProviderFromIPRoyal(_RemoteProxyProvider):
+    """The proxies of one IPRoyal order (ISP, datacenter). Needs an API key and the order id.
+
+    Endpoint: IPRoyal reseller API, "Get Order" (https://docs.iproyal.com/proxies/isp/api/orders),
+    ``GET https://apid.iproyal.com/v1/reseller/orders/<order_id>`` with the header
+    ``X-Access-Token: <API key>``. The order's ``proxy_data.ports["http|https"]`` is the port
+    and each of ``proxy_data.proxies`` is ``{"ip", "username", "password"}`` (or an IPRoyal
+    proxy string ``ip:port:username:password``). An order names its location ("United
+    States"), not a country code, so its proxies are filed under ``""``.
+
+    The key is ``api_key`` or ``IPROYAL_API_KEY``; the order is ``order_id`` or
+    ``IPROYAL_ORDER_ID``.
+    """
+
+    service = "IPRoyal"
+    default_base_url = "https://apid.iproyal.com/v1/reseller"
+
+    def __init__(
+        self,
+        *,
+        api_key: str | None = None,
+        order_id: str | int | None = None,
+        base_url: str | None = None,
+        timeout: float = _API_TIMEOUT,
+        check_url: str = DEFAULT_CHECK_URL,
+    ) -> None:
+        owner = type(self).__name__
+        self._api_key = _setting(
+            api_key, argument="api_key", variable="IPROYAL_API_KEY", owner=owner
+        )
+        order = _setting(
+            None if order_id is None else str(order_id),
+            argument="order_id",
+            variable="IPROYAL_ORDER_ID",
+            owner=owner,
+        )
+        if not order.isdigit():
+            raise ConfigError(f"{owner}: order_id must be a number, got {order!r}")
+        self.order_id = order
+        super().__init__(base_url=base_url, timeout=timeout, check_url=check_url)
+
+    def _secrets(self) -> list[str]:
+        return [self._api_key]
+
+    async def _fetch(self, session: aiohttp.ClientSession) -> dict[str, list[str]]:
+        path = f"/orders/{self.order_id}"
+        order = await self._get_json(session, path, headers={"X-Access-Token": self._api_key})
+        data = order.get("proxy_data") if isinstance(order, dict) else None
+        if not isinstance(data, dict) or not isinstance(data.get("proxies"), list):
+            raise self._unavailable(f"no 'proxy_data.proxies' list in the answer of {path}")
+        ports = data.get("ports")
+        port = ports.get("http|https") if isinstance(ports, dict) else None
+        urls = [url for item in data["proxies"] if (url := self._parse(item, port))]
+        if not urls:
+            status = order.get("status")
+            raise self._unavailable(f"order {self.order_id} has no proxies (status {status!r})")
+        return {NO_COUNTRY: urls}
+
+    @staticmethod
+    def _parse(item: Any, port: Any) -> str | None:
+        if isinstance(item, dict):
+            return _proxy_url(item.get("ip"), port, item.get("username"), item.get("password"))
+        if isinstance(item, str):
+            parts = item.strip().split(":", 3)
+            if len(parts) == 4:
+                return _proxy_url(*parts)
+            if len(parts) == 1:
+                return _proxy_url(parts[0], port)
+        return None

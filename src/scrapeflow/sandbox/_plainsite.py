@@ -10,6 +10,7 @@ Routes::
     ANY /echo                  the request's method, query, form or JSON body and headers, as JSON
     GET /delay/{ms}            answers after ms milliseconds
     GET /bytes/{n}             n deterministic bytes
+    GET /redirect/{n}          302 to /page/{n}
 
 Same seed, same pages. Pages are made on request from the seed and their number, so a site of a
 million pages costs no memory. ``SiteConfig.latency_ms`` adds a delay per response.
@@ -66,6 +67,7 @@ class PlainSite:
         app.router.add_route("*", "/echo", self._echo)
         app.router.add_get("/delay/{ms:\\d+}", self._delay)
         app.router.add_get("/bytes/{n:\\d+}", self._bytes)
+        app.router.add_get("/redirect/{n:\\d+}", self._redirect)
         return app
 
     def page_title(self, n: int) -> str:
@@ -167,6 +169,9 @@ class PlainSite:
         n = int(request.match_info["n"])
         block = hashlib.sha512(str(self.config.seed).encode()).digest()
         return web.Response(body=(block * (n // len(block) + 1))[:n])
+
+    async def _redirect(self, request: web.Request) -> web.Response:
+        raise web.HTTPFound(f"/page/{request.match_info['n']}")
 
 
 _SITEMAP_NS = "http://www.sitemaps.org/schemas/sitemap/0.9"

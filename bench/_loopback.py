@@ -1,0 +1,325 @@
+"""Shared pieces of the benchmarks: a loopback server process, client processes, measurements.
+
+Every bench follows one pattern, so its figures mean the same thing:
+
+* the site runs in a process of its own (``LoopbackServer``), so the client being measured does
+  not share its event loop or its GIL with the server;
+* each contender runs in a fresh process (``run_client``) that prints one JSON line; its peak RSS
+  is then its own, not the bench's nor the previous contender's;
+* the CPU time of both processes is taken around each run, so a run whose server was saturated
+  is shown as such instead of being mistaken for a slow client.
+
+Run as a script, this module is the server process::
+
+    python bench/_loopback.py --pages 100000 --warm 20000
+    # prints http://127.0.0.1:PORT on stdout once ready; serves until stdin closes or SIGTERM
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import gc
+import hashlib
+import json
+import os
+import platform
+import resource
+import signal
+import statistics
+import subprocess
+import sys
+import time
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+import aiohttp
+
+CLOCK_TICKS = os.sysconf("SC_CLK_TCK")
+PAGE_SIZE = os.sysconf("SC_PAGE_SIZE")
+REPO = Path(__file__).resolve().parent.parent
+
+
+# --- measurements ---------------------------------------------------------------------------
+
+
+def peak_rss_mb() -> float:
+    """This process's peak resident set size, in MB (Linux reports ``ru_maxrss`` in KiB)."""
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+
+
+def current_rss_mb() -> float:
+    """This process's resident set size now, in MB."""
+    with open("/proc/self/statm") as f:
+        return int(f.read().split()[1]) * PAGE_SIZE / 2**20
+
+
+def cpu_seconds_self() -> float:
+    """User + system CPU seconds of this process so far."""
+    usage = resource.getrusage(resource.RUSAGE_SELF)
+    return usage.ru_utime + usage.ru_stime
+
+
+def cpu_seconds_of(pid: int) -> float:
+    """User + system CPU seconds of process ``pid`` so far (from ``/proc``)."""
+    with open(f"/proc/{pid}/stat") as f:
+        # The command name (field 2) may hold spaces; the fields after its ')' are fixed.
+        fields = f.read().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / CLOCK_TICKS
+
+
+def url_key(url: str) -> str:
+    """The task key of ``url`` as the CLI makes it: the MD5 of the URL, hex."""
+    return hashlib.md5(url.encode(), usedforsecurity=False).hexdigest()
+
+
+def page_urls(base_url: str, count: int) -> Iterator[str]:
+    """``count`` distinct page URLs of the plain site, made lazily."""
+    return (f"{base_url}/page/{n}" for n in range(count))
+
+
+def median(values: Sequence[float]) -> float:
+    return statistics.median(values) if values else float("nan")
+
+
+def machine_info() -> dict[str, Any]:
+    """What the figures were measured on, for the README to cite."""
+    cpu_model = ""
+    with contextlib.suppress(OSError), open("/proc/cpuinfo") as f:
+        for line in f:
+            if line.startswith("model name"):
+                cpu_model = line.split(":", 1)[1].strip()
+                break
+    commit = _git("rev-parse", "--short", "HEAD")
+    dirty = bool(_git("status", "--porcelain", "--untracked-files=no"))
+    return {
+        "date": datetime.now(UTC).isoformat(timespec="seconds"),
+        "nproc": os.cpu_count(),
+        "cpu": cpu_model,
+        "platform": platform.platform(),
+        "python": platform.python_version(),
+        "python_implementation": platform.python_implementation(),
+        "aiohttp": aiohttp.__version__,
+        "event_loop": "asyncio (default)",
+        "git_commit": commit + ("-dirty" if dirty and commit else ""),
+    }
+
+
+def _git(*args: str) -> str:
+    try:
+        done = subprocess.run(
+            ["git", *args], cwd=REPO, capture_output=True, text=True, timeout=10, check=False
+        )
+    except (OSError, subprocess.TimeoutExpired):
+        return ""
+    return done.stdout.strip() if done.returncode == 0 else ""
+
+
+# --- the server process ---------------------------------------------------------------------
+
+
+class LoopbackServer:
+    """The sandbox plain site, served by a subprocess on 127.0.0.1 (port chosen by the OS).
+
+    ``warm`` pages are rendered once at startup so that serving them costs the server only
+    aiohttp's own work: the site makes each page from random draws (~170 µs), more than a
+    whole request costs the client, and a server that slow would be what the bench measures.
+
+    >>> with LoopbackServer(pages=100_000, warm=20_000) as server:  # doctest: +SKIP
+    ...     server.url, server.cpu_seconds()
+    """
+
+    def __init__(self, *, pages: int, warm: int = 0, startup_timeout: float = 300.0) -> None:
+        self.pages = pages
+        self.warm = min(warm, pages)
+        self.startup_timeout = startup_timeout
+        self.url = ""
+        self._process: subprocess.Popen[str] | None = None
+
+    def __enter__(self) -> LoopbackServer:
+        command = [
+            sys.executable,
+            str(Path(__file__).resolve()),
+            f"--pages={self.pages}",
+            f"--warm={self.warm}",
+        ]
+        self._process = subprocess.Popen(
+            command, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True
+        )
+        if self._process.stdout is None:  # pragma: no cover - stdout=PIPE gives one
+            raise RuntimeError("no stdout pipe to the server")
+        deadline = time.monotonic() + self.startup_timeout
+        line = ""
+        while not line.startswith("http://"):
+            line = self._process.stdout.readline()
+            if not line or time.monotonic() > deadline:
+                self.__exit__(None, None, None)
+                raise RuntimeError("the loopback server did not start (no URL on its stdout)")
+        self.url = line.strip()
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        process, self._process = self._process, None
+        if process is None:
+            return
+        with contextlib.suppress(OSError):
+            if process.stdin is not None:
+                process.stdin.close()  # the server's cue to stop
+        try:
+            process.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            process.terminate()
+            try:
+                process.wait(timeout=10)
+            except subprocess.TimeoutExpired:
+                process.kill()
+                process.wait()
+        if process.stdout is not None:
+            process.stdout.close()
+
+    @property
+    def pid(self) -> int:
+        if self._process is None:
+            raise RuntimeError("the server is not running")
+        return self._process.pid
+
+    def cpu_seconds(self) -> float:
+        return cpu_seconds_of(self.pid)
+
+
+def _serve_main(argv: Sequence[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(description="Serve the sandbox plain site on loopback.")
+    parser.add_argument("--pages", type=int, default=100_000)
+    parser.add_argument("--warm", type=int, default=0, help="pages rendered ahead, 0..N-1")
+    args = parser.parse_args(argv)
+    asyncio.run(_serve(args.pages, args.warm))
+
+
+async def _serve(pages: int, warm: int) -> None:
+    from scrapeflow.sandbox import PlainSite, SiteConfig, serve
+
+    class RenderedPlainSite(PlainSite):
+        """The plain site, its pages rendered once and kept (same bytes, a dict lookup)."""
+
+        def __init__(self, config: SiteConfig) -> None:
+            super().__init__(config)
+            self.rendered: dict[int, str] = {}
+
+        def page_html(self, n: int) -> str:
+            html = self.rendered.get(n)
+            if html is None:
+                html = self.rendered[n] = super().page_html(n)
+            return html
+
+    site = RenderedPlainSite(SiteConfig(pages=pages))
+    for n in range(warm):
+        site.page_html(n)
+    gc.collect()
+    gc.freeze()  # the rendered pages never die: keep the collector from rescanning them
+    loop = asyncio.get_running_loop()
+    stop = asyncio.Event()
+    loop.add_signal_handler(signal.SIGTERM, stop.set)
+    loop.add_signal_handler(signal.SIGINT, stop.set)
+    # stdin closing (the bench exiting, even by a crash) stops the server too.
+    loop.add_reader(sys.stdin.fileno(), lambda: sys.stdin.buffer.read1() or stop.set())
+    async with serve(site.app()) as base_url:
+        print(base_url, flush=True)
+        await stop.wait()
+
+
+# --- client processes -----------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class ClientRun:
+    """One contender's run in its own process: the JSON report it printed.
+
+    The report holds ``seconds`` (the measured window, imports and setup excluded) and the CPU
+    seconds the client (``cpu_seconds``) and the server (``server_cpu_seconds``) used in it.
+    """
+
+    report: dict[str, Any]
+    wall_seconds: float  # as seen by the bench: process start and imports included
+
+    @property
+    def seconds(self) -> float:
+        return float(self.report["seconds"])
+
+    @property
+    def pages_per_second(self) -> float:
+        return self.report["tasks"] / self.seconds if self.seconds > 0 else 0.0
+
+    @property
+    def client_cpu_share(self) -> float:
+        """The client's CPU time over its measured time: 1.0 is one core kept busy."""
+        return self.report.get("cpu_seconds", 0.0) / self.seconds if self.seconds > 0 else 0.0
+
+    @property
+    def server_cpu_share(self) -> float:
+        """The server's CPU time over the same window."""
+        used = self.report.get("server_cpu_seconds", 0.0)
+        return used / self.seconds if self.seconds > 0 else 0.0
+
+
+def run_client(command: Sequence[str]) -> ClientRun:
+    """Run a client process that prints its report as the last line of stdout (JSON)."""
+    started = time.monotonic()
+    done = subprocess.run(list(command), capture_output=True, text=True, check=False)
+    wall = time.monotonic() - started
+    if done.returncode != 0:
+        raise RuntimeError(
+            f"client {' '.join(command)} failed ({done.returncode}):\n{done.stderr[-4000:]}"
+        )
+    lines = done.stdout.strip().splitlines()
+    if not lines:
+        raise RuntimeError(f"client {' '.join(command)} printed nothing:\n{done.stderr[-4000:]}")
+    return ClientRun(json.loads(lines[-1]), wall)
+
+
+def client_report(**fields: Any) -> None:
+    """Print a client's report (its peak RSS added) as the last line of stdout."""
+    fields.setdefault("peak_rss_mb", round(peak_rss_mb(), 1))
+    print(json.dumps(fields), flush=True)
+
+
+# --- the bare aiohttp loop: the baseline every client bench compares to ---------------------
+
+
+async def bare_fetch_all(urls: Iterator[str], directory: Path, concurrency: int) -> int:
+    """GET each URL with one session and ``concurrency`` workers, writing each body to
+    ``<directory>/<md5(url)>.scrape``. No status, no retry, no atomic write. Returns errors.
+
+    The connector is configured as ``execute_async`` configures its own, so both sides open
+    the same number of connections.
+    """
+    errors = 0
+    connector = aiohttp.TCPConnector(limit=concurrency, limit_per_host=0)
+    async with aiohttp.ClientSession(
+        connector=connector, timeout=aiohttp.ClientTimeout(total=None)
+    ) as session:
+
+        async def worker() -> None:
+            nonlocal errors
+            for url in urls:
+                try:
+                    async with session.get(url) as response:
+                        body = await response.read()
+                        ok = response.status == 200
+                except aiohttp.ClientError:
+                    ok = False
+                if not ok:
+                    errors += 1
+                    continue
+                with open(directory / f"{url_key(url)}.scrape", "wb") as f:
+                    f.write(body)
+
+        await asyncio.gather(*(worker() for _ in range(concurrency)))
+    return errors
+
+
+if __name__ == "__main__":
+    _serve_main()

@@ -1,0 +1,187 @@
+"""What the CLI shows a person: a live progress bar for a run, and summary tables."""
+
+from __future__ import annotations
+
+import asyncio
+import signal
+import time
+from collections import Counter
+from collections.abc import Coroutine, Iterable
+from pathlib import Path
+from types import TracebackType
+from typing import Any, TypeVar
+
+from rich.console import Console
+from rich.progress import (
+    BarColumn,
+    MofNCompleteColumn,
+    Progress,
+    ProgressColumn,
+    SpinnerColumn,
+    Task,
+    TextColumn,
+    TimeElapsedColumn,
+    TimeRemainingColumn,
+)
+from rich.table import Table
+from rich.text import Text
+
+from scrapeflow.executor import RunProgress, execute_async
+from scrapeflow.proxies import ProxyProvider
+from scrapeflow.scrape import scrape
+from scrapeflow.status import ERROR_PREFIX, Params
+
+T = TypeVar("T")
+
+__all__ = ["RunDisplay", "run_async", "scrape_with_display", "summary_table"]
+
+_REFRESH_SECONDS = 0.1
+
+
+class _RateColumn(ProgressColumn):
+    def render(self, task: Task) -> Text:
+        speed = task.finished_speed or task.speed
+        return Text(f"{speed:,.0f}/s" if speed else "–/s", style="progress.data.speed")
+
+
+class RunDisplay:
+    """A progress bar fed by ``execute_async(on_progress=display.update)``.
+
+    Also keeps what the closing summary needs: this run's counts and its error kinds.
+    """
+
+    def __init__(self, console: Console, total: int | None, description: str = "scrape") -> None:
+        self.console = console
+        self.errors: Counter[str] = Counter()
+        self.last: RunProgress | None = None
+        self.failed = 0
+        self._next_refresh = 0.0
+        self._progress = Progress(
+            SpinnerColumn(),
+            TextColumn("[bold]{task.description}"),
+            BarColumn(),
+            MofNCompleteColumn(),
+            _RateColumn(),
+            TextColumn("ok {task.fields[ok]:,}  failed {task.fields[failed]:,}"),
+            TimeElapsedColumn(),
+            TextColumn("eta"),
+            TimeRemainingColumn(),
+            console=console,
+            transient=False,
+        )
+        self._task = self._progress.add_task(description, total=total, ok=0, failed=0)
+
+    def __enter__(self) -> RunDisplay:
+        self._progress.start()
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        if self.last is not None:
+            self._render(self.last)
+        self._progress.stop()
+
+    def update(self, progress: RunProgress) -> None:
+        """The ``on_progress`` callback: cheap per task, redraws at most ten times a second."""
+        self.last = progress
+        self.failed = progress.failed
+        outcome = progress.last
+        if outcome is not None and not outcome.ok:
+            for name, text in outcome.statuses.items():
+                if text.startswith(ERROR_PREFIX):
+                    self.errors[f"{name}: {text.split('::', 1)[0]}"] += 1
+        now = time.monotonic()
+        if now >= self._next_refresh:
+            self._next_refresh = now + _REFRESH_SECONDS
+            self._render(progress)
+
+    def _render(self, progress: RunProgress) -> None:
+        self._progress.update(
+            self._task,
+            completed=progress.done,
+            ok=progress.succeeded + progress.skipped,
+            failed=progress.failed,
+        )
+
+    def summary(self) -> Table:
+        """This run's counts, and its errors grouped by executor and exception type."""
+        p = self.last
+        table = Table(title="run summary", show_header=False)
+        table.add_column("what")
+        table.add_column("count", justify="right")
+        if p is None:
+            table.add_row("tasks", "0")
+            return table
+        table.add_row("tasks done", f"{p.done:,}")
+        table.add_row("succeeded", f"{p.succeeded:,}")
+        table.add_row("skipped (done before)", f"{p.skipped:,}")
+        table.add_row("failed", f"{p.failed:,}")
+        table.add_row("seconds", f"{p.elapsed:,.2f}")
+        table.add_row("tasks/s", f"{p.rate:,.0f}")
+        for kind, count in self.errors.most_common(10):
+            table.add_row(f"  {kind}", f"{count:,}")
+        return table
+
+
+def summary_table(summary: dict[str, Counter[str]], *, title: str) -> Table:
+    """The ``status_summary`` histogram as a table: executor, status message, tasks."""
+    table = Table(title=title)
+    table.add_column("executor")
+    table.add_column("status")
+    table.add_column("tasks", justify="right")
+    for name, counts in summary.items():
+        for text, count in counts.most_common():
+            shown = text if len(text) <= 100 else text[:97] + "..."
+            table.add_row(name, shown, f"{count:,}")
+    return table
+
+
+def run_async(coro: Coroutine[Any, Any, T]) -> T:
+    """``asyncio.run`` where SIGTERM, like Ctrl-C, cancels the work and raises KeyboardInterrupt.
+
+    Cancellation unwinds the engine, which has saved every finished task by then.
+    """
+
+    async def guarded() -> T:
+        task = asyncio.current_task()
+        if task is not None:
+            asyncio.get_running_loop().add_signal_handler(signal.SIGTERM, task.cancel)
+        return await coro
+
+    try:
+        return asyncio.run(guarded())
+    except asyncio.CancelledError:
+        raise KeyboardInterrupt from None
+
+
+def scrape_with_display(
+    tasks: Iterable[tuple[str, Params]],
+    directory: Path,
+    *,
+    total: int | None,
+    console: Console,
+    parallelism: int,
+    timeout: float,
+    force: list[str] | None = None,
+    proxy_provider: ProxyProvider | None = None,
+    description: str = "scrape",
+) -> RunDisplay:
+    """Run ``scrape`` over ``tasks`` with a progress bar; the display holds the run's summary."""
+    with RunDisplay(console, total, description) as display:
+        run_async(
+            execute_async(
+                [scrape],
+                directory,
+                tasks,
+                timeout=timeout,
+                force_executors=force,
+                max_parallelism=parallelism,
+                proxy_provider=proxy_provider,
+                on_progress=display.update,
+            )
+        )
+    return display

@@ -1,0 +1,215 @@
+"""The ``scrapeflow`` command.
+
+Exit codes: 0 every task succeeded; 1 some tasks failed (recorded in their status files);
+2 bad input (nothing stored was touched); 130 interrupted (run the same command to resume).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import sys
+from pathlib import Path
+from typing import Annotated, NoReturn
+
+import typer
+from rich.console import Console
+
+from scrapeflow._console import run_async, scrape_with_display, summary_table
+from scrapeflow._logging import configure_logging
+from scrapeflow.errors import InputError, ScrapeflowError, StatusError
+from scrapeflow.proxies import ProxyProviderFromList
+from scrapeflow.status import JsonDirStore, summarize
+from scrapeflow.urllist import UrlList
+
+__all__ = ["app", "main"]
+
+EXIT_FAILED_TASKS = 1
+EXIT_BAD_INPUT = 2
+EXIT_INTERRUPTED = 130
+
+app = typer.Typer(
+    name="scrapeflow",
+    help="Fast, parallel, resumable web scraping.",
+    no_args_is_help=True,
+    add_completion=False,
+    pretty_exceptions_enable=False,
+)
+out = Console()
+err = Console(stderr=True)
+
+
+def fail(message: str, code: int = EXIT_BAD_INPUT) -> NoReturn:
+    """Print a one-line error and exit with ``code``."""
+    err.print(f"[bold red]error:[/] {message}", highlight=False, soft_wrap=True)
+    raise typer.Exit(code)
+
+
+@app.callback()
+def _options(
+    log_level: Annotated[
+        str, typer.Option(help="Log level for scrapeflow's structured logs (stderr).")
+    ] = "WARNING",
+    log_json: Annotated[
+        bool | None, typer.Option("--log-json/--log-pretty", help="Log format (default: auto).")
+    ] = None,
+) -> None:
+    configure_logging(log_level, json=log_json)
+
+
+@app.command()
+def run(
+    urls_file: Annotated[Path, typer.Argument(help="URL list: one http(s) URL per line.")],
+    dir: Annotated[Path, typer.Option("--dir", help="Directory of the status files.")],
+    parallelism: Annotated[int, typer.Option(min=1, help="Concurrent tasks.")] = 100,
+    timeout: Annotated[float, typer.Option(min=0.001, help="Seconds per task.")] = 30.0,
+    force: Annotated[
+        list[str] | None, typer.Option(help="Rerun this executor even if it succeeded ('all').")
+    ] = None,
+    proxies: Annotated[
+        Path | None, typer.Option(help="Proxy list: one http(s)://[user:pass@]host:port a line.")
+    ] = None,
+) -> None:
+    """Scrape every URL of URLS_FILE into DIR (one <md5(url)>.status.json and .scrape each).
+
+    A second run skips what succeeded, so an interrupted run resumes where it stopped.
+    """
+    try:
+        urls = UrlList.open(urls_file)
+        provider = ProxyProviderFromList(_read_proxy_file(proxies)) if proxies else None
+        _check_task_set(dir, urls)
+    except ScrapeflowError as exc:
+        fail(str(exc))
+    if urls.duplicates:
+        err.print(f"note: {urls.duplicates:,} duplicate URL line(s) count once")
+    try:
+        progress = scrape_with_display(
+            urls.tasks(),
+            dir,
+            total=urls.count,
+            console=err,
+            parallelism=parallelism,
+            timeout=timeout,
+            force=force,
+            proxy_provider=provider,
+        )
+    except ScrapeflowError as exc:
+        fail(str(exc))
+    except KeyboardInterrupt:
+        err.print(
+            "[yellow]interrupted:[/] finished tasks are saved; run the same command to resume"
+        )
+        raise typer.Exit(EXIT_INTERRUPTED) from None
+    out.print(progress.summary())
+    out.print(f"status files in {dir}")
+    raise typer.Exit(EXIT_FAILED_TASKS if progress.failed else 0)
+
+
+def _read_proxy_file(path: Path) -> list[str]:
+    try:
+        lines = path.read_text(encoding="utf-8").splitlines()
+    except OSError as exc:
+        raise InputError(f"{path}: cannot read the proxy list ({exc.strerror})") from None
+    proxies = [line.strip() for line in lines if line.strip() and not line.startswith("#")]
+    if not proxies:
+        raise InputError(f"{path}: no proxy in the file")
+    return proxies
+
+
+def _check_task_set(directory: Path, urls: UrlList) -> None:
+    """Refuse a directory whose status files belong to another URL list (before writing)."""
+    if directory.exists() and not directory.is_dir():
+        raise StatusError(f"{directory} exists and is not a directory")
+    store = JsonDirStore(directory)
+    existing = set(store.keys())
+    if existing and existing.isdisjoint(urls.keys()):
+        raise StatusError(
+            f"{directory} holds {len(existing):,} status files of a different task set "
+            "(none is for a URL of this list); use another --dir"
+        )
+
+
+@app.command()
+def status(
+    dir: Annotated[Path, typer.Argument(help="Directory of status files.")],
+    as_json: Annotated[bool, typer.Option("--json", help="Print JSON instead of a table.")] = False,
+) -> None:
+    """Per executor, how many tasks have each status."""
+    if not dir.is_dir():
+        fail(f"{dir}: no such directory")
+    try:
+        summary = summarize(dir)
+    except ScrapeflowError as exc:
+        fail(str(exc))
+    if not summary:
+        fail(f"{dir}: no status files")
+    if as_json:
+        out.print_json(json.dumps({name: dict(c) for name, c in summary.items()}))
+    else:
+        out.print(summary_table(summary, title=f"status of {dir}"))
+
+
+@app.command()
+def demo(
+    pages: Annotated[int, typer.Option(min=1, help="Pages of the sandbox site to scrape.")] = 300,
+    dir: Annotated[
+        Path | None, typer.Option("--dir", help="Keep the status files here (default: temp).")
+    ] = None,
+) -> None:
+    """Start the sandbox on loopback and scrape it, with live progress and a summary."""
+    from scrapeflow.demo import run_demo
+
+    code = run_demo(pages=pages, directory=dir, out=out, err=err)
+    raise typer.Exit(code)
+
+
+@app.command()
+def sandbox(
+    host: Annotated[str, typer.Option(help="Loopback address to serve on.")] = "127.0.0.1",
+    seed: Annotated[int, typer.Option(help="Same seed, same data.")] = 0,
+    pages: Annotated[int, typer.Option(min=1, help="Pages of the plain site.")] = 1000,
+    latency_ms: Annotated[
+        str, typer.Option(help="Added latency per response, 'A-B' milliseconds.")
+    ] = "0-0",
+    manifest: Annotated[
+        Path | None, typer.Option(help="Also write the sites' base URLs to this JSON file.")
+    ] = None,
+) -> None:
+    """Serve the sandbox sites on loopback until Ctrl-C; print their base URLs as JSON."""
+    from scrapeflow.sandbox import PlainSite, SiteConfig, serve
+
+    try:
+        low, high = _parse_range(latency_ms)
+    except ValueError:
+        fail(f"--latency-ms must be 'A-B' with 0 <= A <= B, got {latency_ms!r}")
+    site = PlainSite(SiteConfig(pages=pages, seed=seed, latency_ms=(low, high)))
+
+    async def serve_forever() -> None:
+        async with serve(site.app(), host=host) as url:
+            sites = {"plain": url}
+            text = json.dumps(sites)
+            if manifest is not None:
+                manifest.write_text(text + "\n", encoding="utf-8")
+            print(text, flush=True)
+            await asyncio.Event().wait()
+
+    with contextlib.suppress(KeyboardInterrupt):
+        run_async(serve_forever())
+
+
+def _parse_range(text: str) -> tuple[float, float]:
+    low_text, _, high_text = text.partition("-")
+    low = float(low_text)
+    high = float(high_text) if high_text else low
+    if not 0 <= low <= high:
+        raise ValueError(text)
+    return low, high
+
+
+def main() -> None:
+    """Console-script entry point."""
+    try:
+        app()
+    except BrokenPipeError:  # `scrapeflow status DIR | head`
+        sys.exit(0)

@@ -1,0 +1,261 @@
+"""The scrapeflow command, run as a user runs it: a subprocess."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from scrapeflow.status import load_status_file
+
+
+def cli(*args: str, timeout: float = 60) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "scrapeflow", *args],
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        env={**os.environ, "COLUMNS": "200"},
+    )
+
+
+def start(*args: str) -> subprocess.Popen[str]:
+    return subprocess.Popen(
+        [sys.executable, "-m", "scrapeflow", *args],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+
+
+def md5(text: str) -> str:
+    return hashlib.md5(text.encode()).hexdigest()
+
+
+def write_urls(path: Path, urls: list[str]) -> Path:
+    path.write_text("# pages of the sandbox\n\n" + "\n".join(urls) + "\n")
+    return path
+
+
+def snapshot(directory: Path) -> dict[str, bytes]:
+    return (
+        {p.name: p.read_bytes() for p in sorted(directory.iterdir())} if directory.exists() else {}
+    )
+
+
+def test_run_scrapes_every_url_then_resumes_with_nothing_to_do(tmp_path: Path, plain_site) -> None:
+    urls = [plain_site.page_url(n) for n in range(30)] + [plain_site.page_url(3)]
+    urls_file = write_urls(tmp_path / "urls.txt", urls)
+    out = tmp_path / "out"
+
+    first = cli("run", str(urls_file), "--dir", str(out), "--parallelism", "7")
+
+    assert first.returncode == 0, first.stderr
+    assert "succeeded" in first.stdout and "30" in first.stdout
+    assert "1 duplicate URL line" in first.stderr
+    for url in urls:
+        status = json.loads((out / f"{md5(url)}.status.json").read_text())
+        assert status["params"] == {"url": url}
+        assert status["scrape_status"] == "SUCCESS"
+    assert plain_site.hits("/page/3") == 1
+
+    second = cli("run", str(urls_file), "--dir", str(out))
+    assert second.returncode == 0
+    assert sum(plain_site.site.hits.values()) == 30
+    assert all(
+        json.loads(p.read_text())["scrape_status"] == "SKIPPED" for p in out.glob("*.status.json")
+    )
+
+    forced = cli("run", str(urls_file), "--dir", str(out), "--force", "all")
+    assert forced.returncode == 0
+    assert sum(plain_site.site.hits.values()) == 60
+
+
+def test_failures_give_exit_1_and_a_summary_by_error(tmp_path: Path, plain_site) -> None:
+    urls = [plain_site.page_url(1), f"{plain_site.url}/status/404", f"{plain_site.url}/status/500"]
+    result = cli("run", str(write_urls(tmp_path / "u.txt", urls)), "--dir", str(tmp_path / "o"))
+    assert result.returncode == 1
+    assert "scrape: ERROR HTTPStatusError" in result.stdout
+    status = cli("status", str(tmp_path / "o"))
+    assert status.returncode == 0
+    assert "ERROR HTTPStatusError::HTTP response 404" in status.stdout
+    assert "SUCCESS" in status.stdout
+    as_json = json.loads(cli("status", str(tmp_path / "o"), "--json").stdout)
+    assert as_json == {
+        "scrape": {
+            "SUCCESS": 1,
+            "ERROR HTTPStatusError::HTTP response 404": 1,
+            "ERROR HTTPStatusError::HTTP response 500": 1,
+        }
+    }
+
+
+@pytest.mark.parametrize(
+    ("lines", "expected"),
+    [
+        (
+            ["http://127.0.0.1/a", "ftp://127.0.0.1/b"],
+            "urls.txt:4: not an http(s) URL: 'ftp://127.0.0.1/b'",
+        ),
+        (["http://127.0.0.1/a", "just words"], "urls.txt:4: not an http(s) URL"),
+        (["http:///nohost"], "urls.txt:3: URL has no host"),
+        ([], "urls.txt: no URL in the file"),
+    ],
+)
+def test_malformed_url_list_is_refused_and_nothing_touched(
+    tmp_path: Path, plain_site, lines: list[str], expected: str
+) -> None:
+    out = tmp_path / "out"
+    cli("run", str(write_urls(tmp_path / "seed.txt", [plain_site.page_url(1)])), "--dir", str(out))
+    before = snapshot(out)
+    result = cli("run", str(write_urls(tmp_path / "urls.txt", lines)), "--dir", str(out))
+    assert result.returncode == 2
+    assert expected in result.stderr
+    assert len(result.stderr.strip().splitlines()) == 1
+    assert snapshot(out) == before
+
+
+def test_bad_paths_are_one_line_errors(tmp_path: Path, plain_site) -> None:
+    urls_file = write_urls(tmp_path / "urls.txt", [plain_site.page_url(1)])
+    missing = cli("run", str(tmp_path / "missing.txt"), "--dir", str(tmp_path / "o"))
+    assert missing.returncode == 2
+    assert "missing.txt: no such file" in missing.stderr
+
+    a_file = tmp_path / "afile"
+    a_file.write_text("")
+    unwritable = cli("run", str(urls_file), "--dir", str(a_file / "sub"))
+    assert unwritable.returncode == 2
+    assert "cannot write status files" in unwritable.stderr
+
+    not_dir = cli("run", str(urls_file), "--dir", str(a_file))
+    assert not_dir.returncode == 2
+    assert "is not a directory" in not_dir.stderr
+
+    no_status = cli("status", str(tmp_path / "nowhere"))
+    assert no_status.returncode == 2
+    assert "no such directory" in no_status.stderr
+
+    bad_proxy = tmp_path / "proxies.txt"
+    bad_proxy.write_text("socks5://u:secret@127.0.0.1:1080\n")
+    proxied = cli("run", str(urls_file), "--dir", str(tmp_path / "o"), "--proxies", str(bad_proxy))
+    assert proxied.returncode == 2
+    assert "not a proxy URL" in proxied.stderr
+    assert "secret" not in proxied.stderr
+    assert not (tmp_path / "o").exists()
+
+
+def test_status_files_of_another_task_set_are_refused(tmp_path: Path, plain_site) -> None:
+    out = tmp_path / "out"
+    first = write_urls(tmp_path / "a.txt", [plain_site.page_url(n) for n in range(3)])
+    assert cli("run", str(first), "--dir", str(out)).returncode == 0
+    before = snapshot(out)
+    other = write_urls(tmp_path / "b.txt", [plain_site.page_url(n) for n in range(10, 13)])
+    result = cli("run", str(other), "--dir", str(out))
+    assert result.returncode == 2
+    assert "different task set" in result.stderr
+    assert snapshot(out) == before
+    # A list that grows (shares URLs with the directory) is a resume, not another task set.
+    grown = write_urls(tmp_path / "c.txt", [plain_site.page_url(n) for n in range(5)])
+    assert cli("run", str(grown), "--dir", str(out)).returncode == 0
+    assert len(list(out.glob("*.status.json"))) == 5
+
+
+def test_unknown_force_name_is_refused(tmp_path: Path, plain_site) -> None:
+    urls_file = write_urls(tmp_path / "urls.txt", [plain_site.page_url(1)])
+    result = cli("run", str(urls_file), "--dir", str(tmp_path / "o"), "--force", "parse")
+    assert result.returncode == 2
+    assert "force_executors names no executor of this run: parse" in result.stderr
+
+
+def wait_for_status_files(directory: Path, at_least: int, proc: subprocess.Popen[str]) -> None:
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline:
+        if directory.exists() and len(list(directory.glob("*.status.json"))) >= at_least:
+            return
+        if proc.poll() is not None:
+            pytest.fail(f"run ended early: {proc.stderr.read() if proc.stderr else ''}")
+        time.sleep(0.01)
+    pytest.fail(f"fewer than {at_least} status files after 30 s")
+
+
+def check_consistent(directory: Path) -> set[str]:
+    """Every status file parses; every SUCCESS has its whole body. Returns the SUCCESS keys."""
+    done = set()
+    for path in directory.glob("*.status.json"):
+        status = load_status_file(path)  # raises StatusCorrupt on a cut file
+        assert status is not None
+        if status["scrape_status"] in ("SUCCESS", "SKIPPED"):
+            body = (directory / f"{status['name']}.scrape").read_bytes()
+            assert hashlib.md5(body).hexdigest() == status["scrape"]["content"]
+            done.add(status["name"])
+    return done
+
+
+def test_kill_9_at_any_moment_loses_nothing_and_refetches_nothing(
+    tmp_path: Path, slow_site
+) -> None:
+    urls = [slow_site.page_url(n) for n in range(600)]
+    urls_file = write_urls(tmp_path / "urls.txt", urls)
+    out = tmp_path / "out"
+    done_before_kill: set[str] = set()
+    hits_when_done: dict[str, int] = {}
+    kills = 0
+    for threshold in (40, 200, 420):
+        proc = start("run", str(urls_file), "--dir", str(out), "--parallelism", "10")
+        wait_for_status_files(out, threshold, proc)
+        time.sleep(0.037 * kills)  # vary the moment within the write cycle
+        proc.send_signal(signal.SIGKILL)
+        proc.communicate(timeout=10)
+        kills += 1
+        done = check_consistent(out)
+        assert done >= done_before_kill, "a finished task was lost"
+        for url in urls:
+            if md5(url) in done and md5(url) not in done_before_kill:
+                hits_when_done[url] = slow_site.hits(url.removeprefix(slow_site.url))
+        done_before_kill = done
+
+    final = cli("run", str(urls_file), "--dir", str(out), "--parallelism", "10")
+    assert final.returncode == 0, final.stderr
+    assert check_consistent(out) == {md5(u) for u in urls}
+    for url, hits in hits_when_done.items():
+        path = url.removeprefix(slow_site.url)
+        assert slow_site.hits(path) == hits, f"{path} fetched again after it succeeded"
+    # Only the requests in flight at each kill (at most --parallelism) were sent twice.
+    assert sum(slow_site.site.hits.values()) <= len(urls) + kills * 10
+    assert not list(out.glob("*.tmp-*")), "the next run sweeps temp files of dead runs"
+
+
+def test_ctrl_c_stops_cleanly_and_a_second_run_resumes(tmp_path: Path, slow_site) -> None:
+    urls = [slow_site.page_url(n) for n in range(400)]
+    urls_file = write_urls(tmp_path / "urls.txt", urls)
+    out = tmp_path / "out"
+    proc = start("run", str(urls_file), "--dir", str(out), "--parallelism", "10")
+    wait_for_status_files(out, 50, proc)
+    proc.send_signal(signal.SIGINT)
+    _, stderr = proc.communicate(timeout=20)
+    assert proc.returncode == 130
+    assert "interrupted" in stderr and "run the same command to resume" in stderr
+    done = check_consistent(out)
+    assert 50 <= len(done) < 400
+
+    final = cli("run", str(urls_file), "--dir", str(out))
+    assert final.returncode == 0
+    assert check_consistent(out) == {md5(u) for u in urls}
+    for url in urls:
+        if md5(url) in done:
+            assert slow_site.hits(url.removeprefix(slow_site.url)) == 1, "refetched after success"
+
+
+def test_demo_runs_and_exits_0() -> None:
+    result = cli("demo", "--pages", "120", timeout=120)
+    assert result.returncode == 0, result.stderr
+    assert "scraping 120 pages from its sitemap" in result.stdout
+    assert "hot restart: 120 of 120 tasks skipped" in result.stdout
+    assert "SKIPPED" in result.stdout

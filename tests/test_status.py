@@ -1,0 +1,86 @@
+"""The status store, read_status and status_summary."""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+from pathlib import Path
+
+import pytest
+
+from scrapeflow.errors import MissingExtra, StatusCorrupt, StatusError
+from scrapeflow.executor import execute_async
+from scrapeflow.scrape import scrape
+from scrapeflow.status import JsonDirStore, StatusStore, read_status, status_summary, summarize
+
+
+async def scraped_dir(tmp_path: Path, site) -> Path:
+    tasks = {f"p{n}": {"url": site.page_url(n)} for n in range(4)}
+    tasks["gone"] = {"url": f"{site.url}/status/404"}
+    await execute_async([scrape], tmp_path, tasks)
+    return tmp_path
+
+
+async def test_read_status_is_one_row_per_task(tmp_path: Path, plain_site) -> None:
+    directory = await scraped_dir(tmp_path, plain_site)
+    frame = read_status(directory)
+    assert sorted(frame.index) == ["gone", "p0", "p1", "p2", "p3"]
+    assert frame.loc["p1", "params"] == {"url": plain_site.page_url(1)}
+    assert frame.loc["p1", "scrape_status"] == "SUCCESS"
+    assert frame.loc["gone", "scrape_status"] == "ERROR HTTPStatusError::HTTP response 404"
+
+
+async def test_status_summary_is_a_histogram_per_executor(tmp_path: Path, plain_site) -> None:
+    directory = await scraped_dir(tmp_path, plain_site)
+    summary = status_summary(directory)
+    assert list(summary.columns) == ["scrape"]
+    assert summary.loc["SUCCESS", "scrape"] == 4
+    assert summary.loc["ERROR HTTPStatusError::HTTP response 404", "scrape"] == 1
+    await execute_async([scrape], directory, [f"p{n}" for n in range(4)])
+    assert status_summary(directory).loc["SKIPPED", "scrape"] == 4
+
+
+def test_without_pandas_the_error_says_how_to_install(tmp_path: Path, monkeypatch) -> None:
+    monkeypatch.setitem(sys.modules, "pandas", None)
+    with pytest.raises(MissingExtra, match=r"pip install 'scrapeflow\[pandas\]'"):
+        read_status(tmp_path)
+
+
+async def test_corrupt_status_file_is_reported_and_left_alone(tmp_path: Path, plain_site) -> None:
+    bad = tmp_path / "cut.status.json"
+    bad.write_text('{"name": "cut", "params": {"url": ')
+    with pytest.raises(StatusCorrupt, match=r"cut\.status\.json"):
+        await execute_async([scrape], tmp_path, {"cut": {"url": plain_site.page_url(1)}})
+    with pytest.raises(StatusCorrupt):
+        summarize(tmp_path)
+    assert bad.read_text() == '{"name": "cut", "params": {"url": '
+
+
+async def test_save_is_atomic_and_stale_temp_files_are_swept(tmp_path: Path) -> None:
+    store = JsonDirStore(tmp_path)
+    assert isinstance(store, StatusStore)
+    await store.prepare()
+    await store.save("k", {"name": "k", "params": {}})
+    # A temp file of a writer that died (pid 2**22 + 1 is above Linux's pid_max default range).
+    dead = tmp_path / f"k.status.json.tmp-{2**22 + 1}"
+    dead.write_text("{half")
+    live = tmp_path / f"j.status.json.tmp-{os.getpid()}"
+    live.write_text("{being written")
+    await store.prepare()
+    assert not dead.exists()
+    assert live.exists()
+    assert list(store.keys()) == ["k"]
+    assert json.loads((tmp_path / "k.status.json").read_text()) == {"name": "k", "params": {}}
+
+
+async def test_unwritable_directory_is_a_clear_error(tmp_path: Path) -> None:
+    not_a_dir = tmp_path / "file"
+    not_a_dir.write_text("x")
+    with pytest.raises(StatusError, match="cannot write status files"):
+        await execute_async([scrape], not_a_dir / "sub", {"a": {"url": "http://127.0.0.1:1/"}})
+
+
+def test_summarize_on_missing_directory(tmp_path: Path) -> None:
+    with pytest.raises(StatusError, match="not a directory"):
+        summarize(tmp_path / "missing")
