@@ -11,13 +11,14 @@ import pytest
 from scrapeflow.sandbox import PlainSite, SiteConfig, serve_in_thread
 
 _PROXY_VARS = ("HTTP_PROXY", "HTTPS_PROXY", "ALL_PROXY", "NO_PROXY")
+_SERVICE_VARS = ("WEBSHARE_API_KEY", "IPROYAL_API_KEY", "IPROYAL_ORDER_ID")
 
 
 @pytest.fixture(autouse=True)
 def clean_environ(monkeypatch: pytest.MonkeyPatch) -> None:
     """No proxy or scrapeflow settings leak in from the machine running the tests."""
     for name in list(os.environ):
-        if name.upper() in _PROXY_VARS or name.startswith("SCRAPEFLOW_"):
+        if name.upper() in _PROXY_VARS or name in _SERVICE_VARS or name.startswith("SCRAPEFLOW_"):
             monkeypatch.delenv(name)
 
 

@@ -40,7 +40,7 @@ out = Console()
 err = Console(stderr=True)
 
 
-def fail(message: str, code: int = EXIT_BAD_INPUT) -> NoReturn:
+def _fail(message: str, code: int = EXIT_BAD_INPUT) -> NoReturn:
     """Print a one-line error and exit with ``code``."""
     err.print(f"[bold red]error:[/] {message}", highlight=False, soft_wrap=True)
     raise typer.Exit(code)
@@ -58,8 +58,8 @@ def _options(
     configure_logging(log_level, json=log_json)
 
 
-@app.command()
-def run(
+@app.command("run")
+def _run_command(
     urls_file: Annotated[Path, typer.Argument(help="URL list: one http(s) URL per line.")],
     dir: Annotated[Path, typer.Option("--dir", help="Directory of the status files.")],
     parallelism: Annotated[int, typer.Option(min=1, help="Concurrent tasks.")] = 100,
@@ -80,7 +80,7 @@ def run(
         provider = ProxyProviderFromList(_read_proxy_file(proxies)) if proxies else None
         _check_task_set(dir, urls)
     except ScrapeflowError as exc:
-        fail(str(exc))
+        _fail(str(exc))
     if urls.duplicates:
         err.print(f"note: {urls.duplicates:,} duplicate URL line(s) count once")
     try:
@@ -95,7 +95,7 @@ def run(
             proxy_provider=provider,
         )
     except ScrapeflowError as exc:
-        fail(str(exc))
+        _fail(str(exc))
     except KeyboardInterrupt:
         err.print(
             "[yellow]interrupted:[/] finished tasks are saved; run the same command to resume"
@@ -130,28 +130,28 @@ def _check_task_set(directory: Path, urls: UrlList) -> None:
         )
 
 
-@app.command()
-def status(
+@app.command("status")
+def _status_command(
     dir: Annotated[Path, typer.Argument(help="Directory of status files.")],
     as_json: Annotated[bool, typer.Option("--json", help="Print JSON instead of a table.")] = False,
 ) -> None:
     """Per executor, how many tasks have each status."""
     if not dir.is_dir():
-        fail(f"{dir}: no such directory")
+        _fail(f"{dir}: no such directory")
     try:
         summary = summarize(dir)
     except ScrapeflowError as exc:
-        fail(str(exc))
+        _fail(str(exc))
     if not summary:
-        fail(f"{dir}: no status files")
+        _fail(f"{dir}: no status files")
     if as_json:
         out.print_json(json.dumps({name: dict(c) for name, c in summary.items()}))
     else:
         out.print(summary_table(summary, title=f"status of {dir}"))
 
 
-@app.command()
-def demo(
+@app.command("demo")
+def _demo_command(
     pages: Annotated[int, typer.Option(min=1, help="Pages of the sandbox site to scrape.")] = 300,
     dir: Annotated[
         Path | None, typer.Option("--dir", help="Keep the status files here (default: temp).")
@@ -164,8 +164,8 @@ def demo(
     raise typer.Exit(code)
 
 
-@app.command()
-def sandbox(
+@app.command("sandbox")
+def _sandbox_command(
     host: Annotated[str, typer.Option(help="Loopback address to serve on.")] = "127.0.0.1",
     seed: Annotated[int, typer.Option(help="Same seed, same data.")] = 0,
     pages: Annotated[int, typer.Option(min=1, help="Pages of the plain site.")] = 1000,
@@ -182,7 +182,7 @@ def sandbox(
     try:
         low, high = _parse_range(latency_ms)
     except ValueError:
-        fail(f"--latency-ms must be 'A-B' with 0 <= A <= B, got {latency_ms!r}")
+        _fail(f"--latency-ms must be 'A-B' with 0 <= A <= B, got {latency_ms!r}")
     site = PlainSite(SiteConfig(pages=pages, seed=seed, latency_ms=(low, high)))
 
     async def serve_forever() -> None:

@@ -21,7 +21,7 @@ from scrapeflow.sandbox import PlainSite, SiteConfig, serve_in_thread
 from scrapeflow.status import summarize
 from scrapeflow.urllist import url_key
 
-__all__ = ["run_demo"]
+__all__ = ["run_demo", "sitemap_urls"]
 
 _SITEMAP_NS = {"sm": "http://www.sitemaps.org/schemas/sitemap/0.9"}
 _DEMO_LATENCY_MS = (5.0, 40.0)

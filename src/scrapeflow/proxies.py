@@ -27,6 +27,7 @@ import os
 import random
 from collections.abc import Iterable, Mapping
 from typing import Any, ClassVar
+from urllib.parse import quote
 
 import aiohttp
 import yarl
@@ -48,6 +49,7 @@ __all__ = [
     "ProxyProviderFromList",
     "ProxyProviderFromProxyscrape",
     "ProxyProviderFromWebshare",
+    "validate_proxy_url",
 ]
 
 DEFAULT_CHECK_URL = "http://www.gstatic.com/generate_204"
@@ -198,12 +200,12 @@ class ProxyProviderFromDict(ProxyProvider):
 # --- Remote providers -------------------------------------------------------------------------
 
 _API_TIMEOUT = 30.0
-_WEBSHARE_PAGE_SIZE = 100
+_WEBSHARE_PAGE_SIZE = "100"
 _WEBSHARE_MAX_PAGES = 1_000  # 100,000 proxies: far past any plan, a stop for a looping `next`
 
 
 def _setting(value: str | None, *, argument: str, variable: str, owner: str) -> str:
-    """``value``, else the environment variable; neither raises :class:`MissingSetting`."""
+    """``value``, else the environment variable; :class:`MissingSetting` if neither is set."""
     if value is None:
         value = os.environ.get(variable)
     value = (value or "").strip()
@@ -217,23 +219,21 @@ def _setting(value: str | None, *, argument: str, variable: str, owner: str) -> 
 
 
 def _proxy_url(host: Any, port: Any, user: Any = None, password: Any = None) -> str | None:
-    """``http://[user:password@]host:port``, credentials percent-encoded; ``None`` if invalid."""
+    """``http://[user:password@]host:port``, credentials percent-encoded; ``None`` if invalid.
+
+    Built by hand because yarl drops a default port (``:80``), which the proxy URL must keep.
+    """
     if not isinstance(host, str) or not host.strip():
         return None
     try:
         number = int(port)
-        if not 0 < number < 65536:
-            return None
-        url = yarl.URL.build(
-            scheme="http",
-            host=host.strip(),
-            port=number,
-            user=str(user) if user else None,
-            password=str(password) if user and password else None,
-        )
+        authority = yarl.URL.build(scheme="http", host=host.strip()).raw_authority
     except (TypeError, ValueError):
         return None
-    return str(url)
+    if not 0 < number < 65536:
+        return None
+    userinfo = f"{quote(str(user), safe='')}:{quote(str(password or ''), safe='')}@" if user else ""
+    return f"http://{userinfo}{authority}:{number}"
 
 
 class _RemoteProxyProvider(ProxyProvider):
@@ -241,6 +241,7 @@ class _RemoteProxyProvider(ProxyProvider):
 
     service: ClassVar[str]
     default_base_url: ClassVar[str]
+    _api_key = ""  # scrubbed from every message, should the service ever echo it
 
     def __init__(self, *, base_url: str | None, timeout: float, check_url: str) -> None:
         super().__init__(None, check_url=check_url)
@@ -277,14 +278,10 @@ class _RemoteProxyProvider(ProxyProvider):
         """The service's proxies by country code (``""`` when it gives none)."""
         raise NotImplementedError
 
-    def _secrets(self) -> list[str]:
-        """Values that must never appear in a message (API keys)."""
-        return []
-
     def _unavailable(self, problem: str) -> ProxyListUnavailable:
         text = redact(" ".join(problem.split()))
-        for secret in self._secrets():
-            text = text.replace(secret, "***")
+        if self._api_key:
+            text = text.replace(self._api_key, "***")
         return ProxyListUnavailable(f"{self.service} proxy list unavailable: {text}")
 
     async def _get_json(
@@ -350,11 +347,11 @@ class ProxyProviderFromProxyscrape(_RemoteProxyProvider):
         self.max_timeout_ms = max_timeout_ms
 
     async def _fetch(self, session: aiohttp.ClientSession) -> dict[str, list[str]]:
-        params: dict[str, str | int] = {
+        params = {
             "request": "displayproxies",
             "protocol": "http",
             "format": "json",
-            "timeout": self.max_timeout_ms,
+            "timeout": str(self.max_timeout_ms),
             "country": self.country,
         }
         data = await self._get_json(session, self.path, params=params)
@@ -363,12 +360,11 @@ class ProxyProviderFromProxyscrape(_RemoteProxyProvider):
             raise self._unavailable(f"no 'proxies' list in the answer of {self.path}")
         proxies: dict[str, list[str]] = {}
         for entry in entries:
+            # Dead ones (by the service's own check) and SOCKS ones are of no use here.
             if not isinstance(entry, dict) or entry.get("alive") is False:
                 continue
-            if entry.get("protocol", "http") != "http":
-                continue
             url = _proxy_url(entry.get("ip"), entry.get("port"))
-            if url is None:
+            if url is None or entry.get("protocol", "http") != "http":
                 continue
             ip_data = entry.get("ip_data")
             code = ip_data.get("countryCode") if isinstance(ip_data, dict) else None
@@ -407,20 +403,13 @@ class ProxyProviderFromWebshare(_RemoteProxyProvider):
         )
         super().__init__(base_url=base_url, timeout=timeout, check_url=check_url)
 
-    def _secrets(self) -> list[str]:
-        return [self._api_key]
-
     async def _fetch(self, session: aiohttp.ClientSession) -> dict[str, list[str]]:
         headers = {"Authorization": f"Token {self._api_key}"}
         proxies: dict[str, list[str]] = {}
         for page in range(1, _WEBSHARE_MAX_PAGES + 1):
             # Pages are asked by number rather than by following `next`, a URL the answer
             # chooses: the key is only ever sent to base_url.
-            params: dict[str, str | int] = {
-                "mode": "direct",
-                "page": page,
-                "page_size": _WEBSHARE_PAGE_SIZE,
-            }
+            params = {"mode": "direct", "page": str(page), "page_size": _WEBSHARE_PAGE_SIZE}
             data = await self._get_json(session, self.path, params=params, headers=headers)
             results = data.get("results") if isinstance(data, dict) else None
             if not isinstance(results, list):
@@ -484,9 +473,6 @@ class ProxyProviderFromIPRoyal(_RemoteProxyProvider):
         self.order_id = order
         super().__init__(base_url=base_url, timeout=timeout, check_url=check_url)
 
-    def _secrets(self) -> list[str]:
-        return [self._api_key]
-
     async def _fetch(self, session: aiohttp.ClientSession) -> dict[str, list[str]]:
         path = f"/orders/{self.order_id}"
         order = await self._get_json(session, path, headers={"X-Access-Token": self._api_key})
@@ -506,9 +492,6 @@ class ProxyProviderFromIPRoyal(_RemoteProxyProvider):
         if isinstance(item, dict):
             return _proxy_url(item.get("ip"), port, item.get("username"), item.get("password"))
         if isinstance(item, str):
-            parts = item.strip().split(":", 3)
-            if len(parts) == 4:
-                return _proxy_url(*parts)
-            if len(parts) == 1:
-                return _proxy_url(parts[0], port)
+            parts = item.strip().split(":", 3)  # the password may hold a ':'
+            return _proxy_url(*parts) if len(parts) == 4 else None
         return None

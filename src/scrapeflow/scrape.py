@@ -30,6 +30,7 @@ from typing import Any, overload
 import aiohttp
 
 from scrapeflow._jsonfile import atomic_write_bytes
+from scrapeflow._redact import redact
 from scrapeflow._taskify import Context, taskify
 from scrapeflow.errors import HTTPStatusError, ScrapeError, ValidationFailed
 from scrapeflow.status import StatusData
@@ -39,6 +40,7 @@ __all__ = [
     "NoProxyAvailable",
     "ResponseCallback",
     "scrape",
+    "scrape_path",
     "scrape_with_validation",
 ]
 
@@ -67,12 +69,13 @@ async def _fetch(context: Context, status: StatusData) -> tuple[bytes, dict[str,
     headers = params.get("headers")
     provider = context.proxy_provider
     attempts = provider.default_retries if provider is not None else 1
+    last_failure = ""
     for attempt in range(1, attempts + 1):
         proxy = None
         if provider is not None:
             proxy = provider.get_one_proxy(params.get("country"))
             if proxy is None:
-                raise NoProxyAvailable("no good proxy left in the proxy provider")
+                raise NoProxyAvailable("no good proxy left in the proxy provider" + last_failure)
         try:
             async with (
                 context.semaphore,
@@ -81,6 +84,12 @@ async def _fetch(context: Context, status: StatusData) -> tuple[bytes, dict[str,
                 ) as response,
             ):
                 body = await response.read()
+                if proxy is not None and (
+                    response.status == 407 or "Proxy-Authenticate" in response.headers
+                ):
+                    raise aiohttp.ClientHttpProxyError(
+                        response.request_info, (), status=407, message="proxy refused the login"
+                    )
                 if response.status != 200:
                     raise HTTPStatusError(response.status, url)
                 output = {
@@ -91,11 +100,12 @@ async def _fetch(context: Context, status: StatusData) -> tuple[bytes, dict[str,
                     "final_url": str(response.url),
                 }
                 return body, output
-        except _PROXY_FAILURES:
+        except _PROXY_FAILURES as exc:
             # The proxy, not the site, failed: stop using it and try another one.
             if provider is None or proxy is None or attempt == attempts:
                 raise
             provider.mark_bad(proxy)
+            last_failure = f" (last proxy failure: {redact(str(exc))})"
     raise ScrapeError("unreachable")  # pragma: no cover - the loop returns or raises
 
 
