@@ -16,6 +16,7 @@ The tree::
     ├── ProxyError                          proxy providers
     │   ├── ProxiesNotLoaded                get_one_proxy() before load()
     │   └── ProxyListUnavailable            a provider's list could not be fetched
+    ├── JsError                             JavaScript run by scrapeflow.js failed (code, not input)
     └── MissingExtra (ImportError)          an optional dependency is not installed
 
 ``ScrapeError`` also derives from :class:`RuntimeError` because the seed's contract is that an
@@ -28,6 +29,7 @@ __all__ = [
     "ConfigError",
     "HTTPStatusError",
     "InputError",
+    "JsError",
     "MissingExtra",
     "MissingSetting",
     "ProxiesNotLoaded",
@@ -109,6 +111,10 @@ class ProxiesNotLoaded(ProxyError, RuntimeError):
 
 class ProxyListUnavailable(ProxyError):
     """A proxy service did not return a usable list."""
+
+
+class JsError(ScrapeflowError):
+    """JavaScript run through ``scrapeflow.js`` threw, or did not load."""
 
 
 class MissingExtra(ScrapeflowError, ImportError):
