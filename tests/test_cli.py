@@ -256,6 +256,7 @@ def test_ctrl_c_stops_cleanly_and_a_second_run_resumes(tmp_path: Path, slow_site
 def test_demo_runs_and_exits_0() -> None:
     result = cli("demo", "--pages", "120", timeout=120)
     assert result.returncode == 0, result.stderr
-    assert "scraping 120 pages from its sitemap" in result.stdout
-    assert "hot restart: 120 of 120 tasks skipped" in result.stdout
+    assert "scraping 120 pages from the plain site's sitemap" in result.stdout
+    assert "legacybank" in result.stdout  # the whole sandbox is up
+    assert "hot restart: 140 of 140 tasks skipped" in result.stdout
     assert "SKIPPED" in result.stdout

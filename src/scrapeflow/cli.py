@@ -7,8 +7,8 @@ Exit codes: 0 every task succeeded; 1 some tasks failed (recorded in their statu
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import json
+import os
 import sys
 from pathlib import Path
 from typing import Annotated, NoReturn
@@ -17,6 +17,7 @@ import typer
 from rich.console import Console
 
 from scrapeflow._console import run_async, scrape_with_display, summary_table
+from scrapeflow._jsonfile import atomic_write_bytes
 from scrapeflow._logging import configure_logging
 from scrapeflow.errors import InputError, ScrapeflowError, StatusError
 from scrapeflow.proxies import ProxyProviderFromList
@@ -168,34 +169,66 @@ def _demo_command(
 def _sandbox_command(
     host: Annotated[str, typer.Option(help="Loopback address to serve on.")] = "127.0.0.1",
     seed: Annotated[int, typer.Option(help="Same seed, same data.")] = 0,
-    pages: Annotated[int, typer.Option(min=1, help="Pages of the plain site.")] = 1000,
     latency_ms: Annotated[
-        str, typer.Option(help="Added latency per response, 'A-B' milliseconds.")
-    ] = "0-0",
+        str | None,
+        typer.Option(help="Latency per response, 'A-B' ms, for every site (default: per site)."),
+    ] = None,
+    hostility: Annotated[
+        str, typer.Option(help="Profile: none, realistic or hostile.")
+    ] = "realistic",
+    switch: Annotated[
+        list[str] | None,
+        typer.Option("--set", help="Change one hostility switch: NAME=VALUE (repeatable)."),
+    ] = None,
+    customers: Annotated[int, typer.Option(min=1, help="Customers at each bank.")] = 10_000,
     manifest: Annotated[
-        Path | None, typer.Option(help="Also write the sites' base URLs to this JSON file.")
+        Path | None, typer.Option(help="Also write the manifest (sites, admin token) here.")
     ] = None,
 ) -> None:
-    """Serve the sandbox sites on loopback until Ctrl-C; print their base URLs as JSON."""
-    from scrapeflow.sandbox import PlainSite, SiteConfig, serve
+    """Serve every sandbox site on loopback until Ctrl-C; print the manifest as JSON.
+
+    The admin token comes from SCRAPEFLOW_SANDBOX_ADMIN_TOKEN, or is made up and printed.
+    """
+    from scrapeflow.sandbox import Sandbox, SandboxConfig
 
     try:
-        low, high = _parse_range(latency_ms)
+        latency = None if latency_ms is None else _parse_range(latency_ms)
     except ValueError:
         _fail(f"--latency-ms must be 'A-B' with 0 <= A <= B, got {latency_ms!r}")
-    site = PlainSite(SiteConfig(pages=pages, seed=seed, latency_ms=(low, high)))
+    switches: dict[str, str] = {}
+    for item in switch or []:
+        name, sep, value = item.partition("=")
+        if not sep:
+            _fail(f"--set wants NAME=VALUE, got {item!r}")
+        switches[name.strip()] = value.strip()
+    try:
+        config = SandboxConfig(
+            host=host,
+            seed=seed,
+            hostility=hostility,
+            switches=switches,
+            latency_ms=latency,
+            admin_token=os.environ.get("SCRAPEFLOW_SANDBOX_ADMIN_TOKEN") or None,
+            customers=customers,
+        )
+        sandbox = Sandbox(config)
+    except ValueError as exc:
+        _fail(str(exc))
 
     async def serve_forever() -> None:
-        async with serve(site.app(), host=host) as url:
-            sites = {"plain": url}
-            text = json.dumps(sites)
+        async with sandbox:
+            text = json.dumps(sandbox.manifest())
             if manifest is not None:
-                manifest.write_text(text + "\n", encoding="utf-8")
+                atomic_write_bytes(manifest, (text + "\n").encode())
             print(text, flush=True)
             await asyncio.Event().wait()
 
-    with contextlib.suppress(KeyboardInterrupt):
+    try:
         run_async(serve_forever())
+    except KeyboardInterrupt:
+        pass
+    except OSError as exc:
+        _fail(f"cannot serve on {host}: {exc.strerror or exc}")
 
 
 def _parse_range(text: str) -> tuple[float, float]:

@@ -1,7 +1,8 @@
 """``scrapeflow demo``: the product on the embedded default, with nothing to set up.
 
-It starts the sandbox on loopback, reads the plain site's sitemap, scrapes the pages with a
-progress bar, prints the summary, then runs again to show the hot restart (everything skipped).
+It starts the whole sandbox on loopback (plain site, feed, three banks), reads the plain site's
+sitemap and scrapes its pages and the first pages of some feed profiles with a progress bar,
+prints the summary, then runs again to show the hot restart (everything skipped).
 """
 
 from __future__ import annotations
@@ -15,9 +16,10 @@ from xml.etree import ElementTree
 
 import aiohttp
 from rich.console import Console
+from rich.table import Table
 
 from scrapeflow._console import scrape_with_display, summary_table
-from scrapeflow.sandbox import PlainSite, SiteConfig, serve_in_thread
+from scrapeflow.sandbox import Sandbox, SandboxConfig
 from scrapeflow.status import summarize
 from scrapeflow.urllist import url_key
 
@@ -25,6 +27,7 @@ __all__ = ["run_demo", "sitemap_urls"]
 
 _SITEMAP_NS = {"sm": "http://www.sitemaps.org/schemas/sitemap/0.9"}
 _DEMO_LATENCY_MS = (5.0, 40.0)
+_FEED_PROFILES = 20
 
 
 async def sitemap_urls(base_url: str, limit: int) -> list[str]:
@@ -51,18 +54,21 @@ async def _xml(session: aiohttp.ClientSession, url: str) -> ElementTree.Element:
 
 def run_demo(*, pages: int, directory: Path | None, out: Console, err: Console) -> int:
     """Run the demo; returns the process exit code (0 when every page was scraped)."""
-    site = PlainSite(SiteConfig(pages=max(pages, 1000), latency_ms=_DEMO_LATENCY_MS))
+    config = SandboxConfig(
+        hostility="none", latency_ms=_DEMO_LATENCY_MS, plain_pages=max(pages, 1000)
+    )
     keep = directory is not None
     workdir = directory if directory is not None else Path(tempfile.mkdtemp(prefix="sf-demo-"))
     try:
-        with serve_in_thread(site.app) as base_url:
-            urls = asyncio.run(sitemap_urls(base_url, pages))
+        with Sandbox.in_thread(config) as sandbox:
+            _print_sites(out, sandbox)
+            urls = asyncio.run(sitemap_urls(sandbox.urls["plain"], pages))
+            feed = [f"{sandbox.urls['feed']}/u/user{n:04d}?page=1" for n in range(_FEED_PROFILES)]
             out.print(
-                f"[bold]sandbox[/] plain site at {base_url} ({site.config.pages:,} pages, "
-                f"{_DEMO_LATENCY_MS[0]:.0f}-{_DEMO_LATENCY_MS[1]:.0f} ms latency); "
-                f"scraping {len(urls):,} pages from its sitemap into {workdir}"
+                f"scraping {len(urls):,} pages from the plain site's sitemap and the first page "
+                f"of {len(feed)} feed profiles into {workdir}"
             )
-            tasks = [(url_key(u), {"url": u}) for u in urls]
+            tasks = [(url_key(u), {"url": u}) for u in [*urls, *feed]]
             first = scrape_with_display(
                 tasks, workdir, total=len(tasks), console=err, parallelism=50, timeout=30
             )
@@ -87,3 +93,12 @@ def run_demo(*, pages: int, directory: Path | None, out: Console, err: Console) 
     finally:
         if not keep:
             shutil.rmtree(workdir, ignore_errors=True)
+
+
+def _print_sites(out: Console, sandbox: Sandbox) -> None:
+    table = Table(title=f"sandbox on loopback (seed {sandbox.config.seed})")
+    table.add_column("site")
+    table.add_column("base URL")
+    for name, url in sandbox.urls.items():
+        table.add_row(name, url)
+    out.print(table)

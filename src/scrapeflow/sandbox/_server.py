@@ -6,10 +6,14 @@ import asyncio
 import contextlib
 import threading
 from collections.abc import AsyncIterator, Callable, Iterator
+from contextlib import AbstractAsyncContextManager
+from typing import TypeVar
 
 from aiohttp import web
 
-__all__ = ["serve", "serve_in_thread"]
+__all__ = ["run_in_thread", "serve", "serve_in_thread"]
+
+T = TypeVar("T")
 
 
 @contextlib.asynccontextmanager
@@ -32,42 +36,45 @@ async def serve(app: web.Application, host: str = "127.0.0.1", port: int = 0) ->
 
 
 @contextlib.contextmanager
-def serve_in_thread(
-    make_app: Callable[[], web.Application], host: str = "127.0.0.1", port: int = 0
-) -> Iterator[str]:
-    """Serve the app made by ``make_app`` from a daemon thread with its own loop.
+def run_in_thread(make: Callable[[], AbstractAsyncContextManager[T]]) -> Iterator[T]:
+    """Enter the async context manager made by ``make`` in a daemon thread with its own loop.
 
-    For synchronous callers and tests whose event loops come and go: the server outlives them.
+    For synchronous callers and tests whose event loops come and go: the servers outlive them.
+    Yields what the context manager yields; exits it when the ``with`` block ends.
     """
     ready = threading.Event()
-    url: list[str] = []
+    value: list[T] = []
     failure: list[BaseException] = []
     loop = asyncio.new_event_loop()
     stop = asyncio.Event()
 
     async def main() -> None:
         try:
-            async with serve(make_app(), host, port) as base_url:
-                url.append(base_url)
+            async with make() as entered:
+                value.append(entered)
                 ready.set()
                 await stop.wait()
         except BaseException as exc:
             failure.append(exc)
             ready.set()
-            raise
 
-    thread = threading.Thread(
-        target=lambda: loop.run_until_complete(main()), name="sandbox-server", daemon=True
-    )
+    thread = threading.Thread(target=loop.run_until_complete, args=(main(),), daemon=True)
     thread.start()
     ready.wait()
-    if failure:
-        thread.join()
-        loop.close()
-        raise failure[0]
     try:
-        yield url[0]
+        if failure:
+            raise failure[0]
+        yield value[0]
     finally:
         loop.call_soon_threadsafe(stop.set)
         thread.join(timeout=10)
         loop.close()
+
+
+@contextlib.contextmanager
+def serve_in_thread(
+    make_app: Callable[[], web.Application], host: str = "127.0.0.1", port: int = 0
+) -> Iterator[str]:
+    """Serve the app made by ``make_app`` from a daemon thread; yields its base URL."""
+    with run_in_thread(lambda: serve(make_app(), host, port)) as url:
+        yield url

@@ -13,11 +13,15 @@ import json
 import time
 from typing import Any
 
-__all__ = ["TokenError", "TokenSigner"]
+__all__ = ["TokenError", "TokenExpired", "TokenSigner"]
 
 
 class TokenError(ValueError):
     """A token that was forged, altered, expired, or made for another purpose."""
+
+
+class TokenExpired(TokenError):
+    """A genuine token whose time is up (the signature was good)."""
 
 
 def _b64(data: bytes) -> str:
@@ -54,5 +58,5 @@ class TokenSigner:
         if body.get("_p") != purpose:
             raise TokenError("token made for something else")
         if body.get("_x", 0) < time.time():
-            raise TokenError("expired token")
+            raise TokenExpired("expired token")
         return {k: v for k, v in body.items() if not k.startswith("_")}
