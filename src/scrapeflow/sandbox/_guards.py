@@ -10,6 +10,8 @@ In order, per request (admin routes, under ``/__admin``, are never guarded):
    counted, and ``ban_after`` of them ban the IP for ``ban_seconds``;
 4. chaos: a dropped connection, a 5xx, a slow answer, or a CAPTCHA page served with 200;
 5. the site's latency.
+
+Refusals are HTML pages, or ``{"status": "fail", "message": ...}`` on the site's JSON routes.
 """
 
 from __future__ import annotations
@@ -143,22 +145,33 @@ class Guard:
             if h.ban_mode == "empty":
                 request[EMPTY_KEY] = True
             else:
-                return _page(403, "Access denied", "Your IP address has been blocked.")
+                return self._refuse(
+                    request, 403, "Access denied", "Your IP address has been blocked."
+                )
         if h.check_headers and (problem := header_problem(request)) is not None:
             self.count("header_blocks")
-            response = _page(403, "Access denied", "Request blocked.")
+            response = self._refuse(request, 403, "Access denied", "Request blocked.")
             response.headers["X-Sandbox-Block"] = problem
             return response
         if h.rate_limit_rps > 0 and (wait := self._take_token(client, now)) is not None:
-            return _too_many(wait)
+            response = self._refuse(request, 429, "Too many requests", "Slow down.")
+            response.headers["Retry-After"] = str(max(1, math.ceil(wait)))
+            return response
         return await self._chaos(request)
+
+    def _refuse(self, request: web.Request, status: int, title: str, text: str) -> web.Response:
+        """A refusal in the request's format: JSON on JSON routes, an HTML page elsewhere."""
+        if self.is_json(request):
+            return web.json_response({"status": "fail", "message": text}, status=status)
+        return _page(status, title, text)
 
     def _client(self, ip: str, now: float) -> _ClientIP:
         client = self.clients.get(ip)
         if client is None:
             if len(self.clients) >= _MAX_TRACKED_IPS:
                 self.clients.clear()
-            client = _ClientIP(tokens=float(self.hostility.rate_limit_burst), refilled_at=now)
+            # A full bucket (capped at the burst when first used), even if limits come later.
+            client = _ClientIP(tokens=float("inf"), refilled_at=now)
             self.clients[ip] = client
         return client
 
@@ -196,7 +209,7 @@ class Guard:
         if draw < h.error_rate:
             self.count("errors")
             status = self._rng.choice((500, 502, 503))
-            return _page(status, "Server error", "Something went wrong. Try again later.")
+            return self._refuse(request, status, "Server error", "Something went wrong.")
         draw -= h.error_rate
         if draw < h.slow_rate:
             self.count("slow")
@@ -232,9 +245,3 @@ def _page(status: int, title: str, body: str) -> web.Response:
         f"<body><h1>{title}</h1>{body}</body></html>",
         content_type="text/html",
     )
-
-
-def _too_many(wait: float) -> web.Response:
-    response = _page(429, "Too many requests", "Slow down.")
-    response.headers["Retry-After"] = str(max(1, math.ceil(wait)))
-    return response
