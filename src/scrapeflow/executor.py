@@ -15,7 +15,6 @@ up where it was.
 from __future__ import annotations
 
 import asyncio
-import json
 import time
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -23,6 +22,7 @@ from pathlib import Path
 from typing import Any
 
 import aiohttp
+import orjson
 
 from scrapeflow._logging import get_logger
 from scrapeflow._taskify import (
@@ -37,7 +37,15 @@ from scrapeflow._taskify import (
 )
 from scrapeflow.errors import ConfigError, InputError, TaskConflict, TaskNotFound
 from scrapeflow.proxies import ProxyProvider
-from scrapeflow.status import SKIPPED, JsonDirStore, Params, StatusData, StatusStore, check_key
+from scrapeflow.status import (
+    SKIPPED,
+    JsonDirStore,
+    Params,
+    StatusData,
+    StatusStore,
+    check_key,
+    dump_status,
+)
 
 __all__ = [
     "ALL",
@@ -329,7 +337,7 @@ class _Run:
 
 def _as_stored(params: Params) -> Any:
     """``params`` as they read back from a status file (tuples become lists, and so on)."""
-    return json.loads(json.dumps(params, default=str))
+    return orjson.loads(dump_status(params))
 
 
 async def _cancel_all(tasks: Iterable[asyncio.Task[None]]) -> None:

@@ -6,8 +6,9 @@ it is set; ``params["headers"]`` adds request headers. Its output in the status:
     {"size": 95534, "content": "<md5 of the body>", "response_headers": {...},
      "http_status": 200, "final_url": "http://.../after-redirects"}
 
-Anything but a 200 fails the task with ``HTTPStatusError``. The body file is written atomically
-and only once the response is complete and accepted, so a ``.scrape`` file is always whole.
+Anything but a 200 fails the task with ``HTTPStatusError``. The body file is written only once
+the response is complete and accepted, and before the status that declares it: whenever a task's
+status says it succeeded, its ``.scrape`` file is whole (an existing one is replaced atomically).
 
 ``scrape_with_validation`` is the same with a ``response_callback(content)`` that raises
 ``RuntimeError`` when the content is not what was expected (a CAPTCHA page served with a 200);
@@ -29,7 +30,7 @@ from typing import Any, overload
 
 import aiohttp
 
-from scrapeflow._jsonfile import atomic_write_bytes
+from scrapeflow._jsonfile import write_new_or_replace
 from scrapeflow._redact import redact
 from scrapeflow._taskify import Context, taskify
 from scrapeflow.errors import HTTPStatusError, ScrapeError, ValidationFailed
@@ -110,10 +111,11 @@ async def _fetch(context: Context, status: StatusData) -> tuple[bytes, dict[str,
 
 
 async def _write_body(path: Path, body: bytes) -> None:
+    # The task's status, saved after this, is what declares the body complete.
     if len(body) >= _THREAD_WRITE_BYTES:
-        await asyncio.to_thread(atomic_write_bytes, path, body)
+        await asyncio.to_thread(write_new_or_replace, path, body)
     else:
-        atomic_write_bytes(path, body)
+        write_new_or_replace(path, body)
 
 
 def scrape_path(context: Context, key: str) -> Path:

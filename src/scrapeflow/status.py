@@ -17,13 +17,14 @@ killed at any moment never leaves a cut file behind.
 
 from __future__ import annotations
 
-import json
 import os
 import re
 from collections import Counter
 from collections.abc import Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
+
+import orjson
 
 from scrapeflow._jsonfile import atomic_write_bytes, sweep_stale_temp_files
 from scrapeflow.errors import InputError, MissingExtra, StatusCorrupt, StatusError
@@ -41,6 +42,7 @@ __all__ = [
     "StatusData",
     "StatusStore",
     "check_key",
+    "dump_status",
     "executor_names",
     "iter_statuses",
     "load_status_file",
@@ -61,6 +63,7 @@ ERROR_PREFIX = "ERROR "
 STATUS_SUFFIX = ".status.json"
 
 _RESERVED_KEYS = {"name", "params"}
+_DUMP_OPTIONS = orjson.OPT_INDENT_2 | orjson.OPT_NON_STR_KEYS | orjson.OPT_APPEND_NEWLINE
 _KEY_FORBIDDEN = re.compile(r"[/\\\x00]")
 _MAX_KEY_LENGTH = 200
 
@@ -118,6 +121,7 @@ class JsonDirStore:
     def __init__(self, directory: Path | str, *, fsync: bool = False) -> None:
         self.directory = Path(directory)
         self.fsync = fsync
+        self._prefix = os.path.join(os.fspath(directory), "")  # hot path: plain strings
 
     def __repr__(self) -> str:
         return f"JsonDirStore({str(self.directory)!r})"
@@ -139,14 +143,15 @@ class JsonDirStore:
         sweep_stale_temp_files(self.directory)
 
     async def load(self, key: str) -> StatusData | None:
-        return load_status_file(self.path(key))
+        return load_status_file(f"{self._prefix}{key}{STATUS_SUFFIX}")
 
     async def save(self, key: str, status: StatusData) -> None:
-        data = json.dumps(status, indent=2, ensure_ascii=False, default=str).encode()
-        atomic_write_bytes(self.path(key), data, fsync=self.fsync)
+        atomic_write_bytes(
+            f"{self._prefix}{key}{STATUS_SUFFIX}", dump_status(status), fsync=self.fsync
+        )
 
     async def exists(self, key: str) -> bool:
-        return self.path(key).is_file()
+        return os.path.isfile(f"{self._prefix}{key}{STATUS_SUFFIX}")  # noqa: ASYNC240 - one local stat
 
     def keys(self) -> Iterator[str]:
         if not self.directory.is_dir():
@@ -157,15 +162,21 @@ class JsonDirStore:
                     yield entry.name[: -len(STATUS_SUFFIX)]
 
 
-def load_status_file(path: Path) -> StatusData | None:
+def dump_status(status: StatusData) -> bytes:
+    """A status as the JSON bytes of its file: indented, UTF-8; non-JSON values as text."""
+    return orjson.dumps(status, default=str, option=_DUMP_OPTIONS)
+
+
+def load_status_file(path: str | Path) -> StatusData | None:
     """Parse one status file; ``None`` if absent, :class:`StatusCorrupt` if not a status."""
     try:
-        raw = path.read_bytes()
+        with open(path, "rb") as handle:
+            raw = handle.read()
     except FileNotFoundError:
         return None
     try:
-        status = json.loads(raw)
-    except (UnicodeDecodeError, json.JSONDecodeError) as exc:
+        status = orjson.loads(raw)
+    except orjson.JSONDecodeError as exc:
         raise StatusCorrupt(f"{path} is not valid JSON ({exc}); it was left untouched") from exc
     if not isinstance(status, dict) or not isinstance(status.get("params"), dict):
         raise StatusCorrupt(f"{path} is not a scrapeflow status (no 'params' object)")
