@@ -167,7 +167,9 @@ def _demo_command(
 
 @app.command("sandbox")
 def _sandbox_command(
-    host: Annotated[str, typer.Option(help="Loopback address to serve on.")] = "127.0.0.1",
+    host: Annotated[
+        str, typer.Option(help="Address to serve on (keep it on loopback).")
+    ] = "127.0.0.1",
     seed: Annotated[int, typer.Option(help="Same seed, same data.")] = 0,
     latency_ms: Annotated[
         str | None,
@@ -180,7 +182,9 @@ def _sandbox_command(
         list[str] | None,
         typer.Option("--set", help="Change one hostility switch: NAME=VALUE (repeatable)."),
     ] = None,
-    customers: Annotated[int, typer.Option(min=1, help="Customers at each bank.")] = 10_000,
+    customers: Annotated[
+        int, typer.Option(min=1, max=999_999, help="Customers at each bank.")
+    ] = 10_000,
     manifest: Annotated[
         Path | None, typer.Option(help="Also write the manifest (sites, admin token) here.")
     ] = None,

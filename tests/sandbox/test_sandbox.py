@@ -126,3 +126,46 @@ def test_bad_sandbox_options_are_one_line_errors(args: list[str], message: str) 
     )
     assert result.returncode == 2
     assert message in result.stderr
+
+
+async def test_admin_settings_are_all_or_nothing_and_bad_numbers_are_400() -> None:
+    async with (
+        Sandbox(SandboxConfig(latency_ms=(0, 0), admin_token="tok")) as sandbox,
+        aiohttp.ClientSession() as session,
+    ):
+        auth = {"Authorization": "Bearer tok"}
+        url = sandbox.urls["legacybank"]
+        async with session.post(
+            f"{url}/__admin/settings", json={"maintenance_rate": 0.5, "layout": 3}, headers=auth
+        ) as r:
+            assert r.status == 400
+            assert "layout" in (await r.json())["error"]
+        async with session.get(f"{url}/__admin/settings", headers=auth) as r:
+            settings = await r.json()
+        assert settings["maintenance_rate"] == 0.01 and settings["layout"] == 1  # unchanged
+        async with session.post(
+            f"{url}/__admin/block", json={"ip": "127.0.0.9", "seconds": "soon"}, headers=auth
+        ) as r:
+            assert r.status == 400
+
+
+async def test_empty_ban_mode_falls_back_to_403_on_banks() -> None:
+    config = SandboxConfig(hostility="hostile", latency_ms=(0, 0), admin_token="tok")
+    async with Sandbox(config) as sandbox, aiohttp.ClientSession() as session:
+        auth = {"Authorization": "Bearer tok"}
+        bank = sandbox.urls["apibank"]
+        async with session.post(
+            f"{bank}/__admin/hostility", json={"ban_mode": "empty"}, headers=auth
+        ):
+            pass
+        async with session.post(
+            f"{bank}/__admin/block", json={"ip": "127.0.0.1"}, headers=auth
+        ) as r:
+            assert r.status == 200
+        async with session.get(f"{bank}/api/v2/accounts") as r:
+            assert r.status == 403  # a bank cannot fake an empty account list convincingly
+
+
+def test_customer_count_is_bounded() -> None:
+    with pytest.raises(ValueError, match="customers must be between 1 and 999,999"):
+        Sandbox(SandboxConfig(customers=1_000_000))

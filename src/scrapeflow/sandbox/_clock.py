@@ -1,7 +1,7 @@
 """The sandbox clock: sandbox time stands still until a test (or the admin API) moves it.
 
 Every site of one sandbox shares one clock, so advancing it makes new movements appear at every
-bank at once. Tokens and sessions expire on real (monotonic) time instead: a scraper's session
+bank at once. Tokens, sessions and bans expire on real time instead: a scraper's session
 must not expire because a test jumped a week ahead.
 """
 

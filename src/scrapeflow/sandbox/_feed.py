@@ -153,6 +153,7 @@ class FeedSite(SandboxSite):
     """
 
     name = "feed"
+    empty_ban_pages = True
     gis_ttl_seconds: float = 3600.0
 
     def __init__(

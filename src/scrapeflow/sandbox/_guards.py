@@ -2,8 +2,8 @@
 
 In order, per request (admin routes, under ``/__admin``, are never guarded):
 
-1. a banned client IP gets a 403 page, or (``ban_mode="empty"``) is served normally but the site
-   renders no content: ``request["sandbox.empty"]`` is set for the handlers;
+1. a banned client IP gets a 403 page, or (``ban_mode="empty"``, on sites that can) is served
+   normally but the site renders no content: ``request[EMPTY_KEY]`` is set for the handlers;
 2. with ``check_headers``, a bot user agent or a browser user agent with headers that browser
    never sends is refused with 403 (the reason is in an ``X-Sandbox-Block`` header);
 3. the per-IP token bucket answers 429 with ``Retry-After``; requests sent before that time are
@@ -100,6 +100,7 @@ class Guard:
     clients: dict[str, _ClientIP] = field(default_factory=dict)
     stats: dict[str, int] = field(default_factory=dict)
     is_json: Callable[[web.Request], bool] = lambda request: False
+    empty_ban_pages: bool = False
 
     def __post_init__(self) -> None:
         self._rng = random.Random(self.seed ^ 0x6A4D)
@@ -142,7 +143,7 @@ class Guard:
         client = self._client(ip, now)
         if client.banned_until > now:
             self.count("banned")
-            if h.ban_mode == "empty":
+            if h.ban_mode == "empty" and self.empty_ban_pages:
                 request[EMPTY_KEY] = True
             else:
                 return self._refuse(

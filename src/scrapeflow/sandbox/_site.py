@@ -28,7 +28,7 @@ from scrapeflow.sandbox._clock import SandboxClock
 from scrapeflow.sandbox._guards import ADMIN_PREFIX, Guard
 from scrapeflow.sandbox._hostility import Hostility
 from scrapeflow.sandbox._tokens import TokenSigner
-from scrapeflow.sandbox._world import World
+from scrapeflow.sandbox._world import MAX_CUSTOMERS, World
 
 __all__ = ["SandboxSite", "SandboxState", "admin_json", "require_admin"]
 
@@ -45,6 +45,8 @@ class SandboxState:
     signer: TokenSigner = field(init=False)
 
     def __post_init__(self) -> None:
+        if not 1 <= self.customers <= MAX_CUSTOMERS:
+            raise ValueError(f"customers must be between 1 and {MAX_CUSTOMERS:,}")
         self.world = World(self.seed, customers=self.customers, epoch=self.clock.now())
         self.signer = TokenSigner(f"sandbox-{self.seed}-{self.admin_token}".encode())
 
@@ -72,6 +74,8 @@ class SandboxSite:
     """A sandbox site: its own app, guard and admin routes. Subclasses add ``routes``."""
 
     name = "site"
+    empty_ban_pages = False
+    """Whether the site can serve a banned IP silent empty pages; if not, it gets 403s."""
 
     def __init__(
         self,
@@ -83,6 +87,7 @@ class SandboxSite:
         self.state = state
         self.guard = Guard(hostility or Hostility(), latency_ms=latency_ms, seed=state.seed)
         self.guard.is_json = self.is_json
+        self.guard.empty_ban_pages = self.empty_ban_pages
 
     def is_json(self, request: web.Request) -> bool:
         """Whether ``request`` expects JSON (CAPTCHA and errors are then served as JSON)."""
@@ -156,7 +161,11 @@ class SandboxSite:
             ip = body.get("ip")
             if not isinstance(ip, str) or not ip:
                 return admin_json({"error": "give the 'ip' to block"}, status=400)
-            guard.ban(ip, float(body.get("seconds", 3600)))
+            try:
+                seconds = float(body.get("seconds", 3600))
+            except (TypeError, ValueError):
+                return admin_json({"error": "'seconds' must be a number"}, status=400)
+            guard.ban(ip, seconds)
             return admin_json({"blocked": ip})
 
         @admin.delete(f"{ADMIN_PREFIX}/block")

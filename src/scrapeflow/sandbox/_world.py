@@ -11,9 +11,9 @@ Customers are numbered 1..``customers``. Per bank, customer ``n``:
 * has **many accounts** (8 contracts x 4 accounts) when ``n % 50 == 7``; else 1-3 contracts of 1-3.
 
 Movements start 120 days before the sandbox epoch. Each day brings 0-3 movements per account at
-a time of day; card purchases stay **pending** 1-3 days, then **post** with a new description and
-the posting day as value date. Only movements that have appeared by the clock's time exist;
-balances count booked movements only.
+a time of day; about half the card purchases stay **pending** 1-3 days, then **post** with a
+new description and the posting day as value date. Only movements that have appeared by the
+clock's time exist; balances count booked movements only.
 """
 
 from __future__ import annotations
@@ -34,6 +34,7 @@ from scrapeflow.sandbox._clock import DEFAULT_EPOCH
 __all__ = [
     "BANKS",
     "HISTORY_DAYS",
+    "MAX_CUSTOMERS",
     "Account",
     "AccountKind",
     "Contract",
@@ -43,6 +44,7 @@ __all__ = [
 ]
 
 BANKS = ("formbank", "apibank", "legacybank")
+MAX_CUSTOMERS = 999_999  # account codes and usernames have room for six digits
 HISTORY_DAYS = 120
 _BANK_CODES = {"formbank": "0182", "apibank": "1465", "legacybank": "2038"}
 _NIF_LETTERS = "TRWAGMYFPDXBNJZSQVHLCKE"

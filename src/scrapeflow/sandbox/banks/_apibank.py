@@ -40,7 +40,8 @@ How it behaves, as real APIs do:
 * Another customer's account, like an unknown one, is 404 ``{"error": "account_not_found"}``.
 * Its own rate limit, whatever the hostility profile: ``ApiBank.client_rate_per_second`` (10)
   with bursts of ``client_rate_burst`` (20) per client IP, then 429 ``{"error": "rate_limited"}``
-  with ``Retry-After`` (seconds). 0 disables it. It is checked before anything else.
+  with ``Retry-After`` (seconds). 0 disables it. It is the bank's first check, after the
+  site's guard.
 * ``BankSettings.maintenance_rate``: that share of requests gets 503 ``{"error": "maintenance"}``.
 * ``BankSettings.layout = 2`` is the "v3 migration": same URLs, new field names, and every answer
   says ``X-Api-Version: 3`` (else 2). Accounts come as ``{"items": [{"accountId", "iban",

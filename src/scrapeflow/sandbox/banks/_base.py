@@ -61,19 +61,26 @@ class BankSettings:
     ip_block_seconds: float = 600.0
 
     def update(self, changes: dict[str, Any]) -> None:
-        fields = {f.name: f for f in dataclasses.fields(self)}
+        """Apply ``changes`` all at once, or none of them (ValueError naming the culprit)."""
+        fields = {f.name for f in dataclasses.fields(self)}
+        typed: dict[str, Any] = {}
         for name, value in changes.items():
             if name not in fields:
                 raise ValueError(f"unknown bank setting {name!r} (settings: {', '.join(fields)})")
             current = getattr(self, name)
             try:
-                setattr(self, name, type(current)(value))
+                typed[name] = type(current)(value)
             except (TypeError, ValueError):
                 raise ValueError(f"bank setting {name} must be a number, got {value!r}") from None
-        if not 0 <= self.maintenance_rate <= 1:
+        candidate = dataclasses.replace(self, **typed)
+        if not 0 <= candidate.maintenance_rate <= 1:
             raise ValueError("maintenance_rate must be between 0 and 1")
-        if self.layout not in (1, 2):
+        if candidate.layout not in (1, 2):
             raise ValueError("layout must be 1 or 2")
+        if min(candidate.session_max_requests, candidate.login_failures_per_ip) < 0:
+            raise ValueError("session_max_requests and login_failures_per_ip must be >= 0")
+        for name, value in typed.items():
+            setattr(self, name, value)
 
 
 @dataclass

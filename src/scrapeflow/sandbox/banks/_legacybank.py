@@ -37,7 +37,7 @@ time (advance the clock past them and the code is asked again). Logging in with 
 code. The pending session lives as long as any other: ``session_idle_seconds`` without a request.
 
 Movements. 25 rows a page, newest first (pending ones, then booked ones from the latest
-posted), for the operation dates from ``desde`` to ``hasta`` (default: the last 30 days up to
+posted), for the operation dates from ``desde`` to ``hasta`` (default: from 30 days before
 today); columns Fecha operación, Fecha valor, Concepto, Importe, Saldo, Nº operación. A pending
 movement has the row class ``pendiente`` and ``Pendiente`` instead of a balance; its Nº
 operación stays when it is booked (with a new concept and value date). Under the table,
@@ -47,10 +47,11 @@ or another customer's account give the bank's error message (``div.msgError``) w
 Sessions expire (``session_idle_seconds``, ``session_max_requests``): any private page then
 answers 302 to ``/login.jsp?caducada=1``, which says "Su sesión ha caducado".
 
-``maintenance_rate``: that share of requests (before anything else) gets the 503 page "Servicio
-temporalmente no disponible por mantenimiento". ``layout=2``: the redesign: the accounts as a
-list of cards, movements as ``div.mov-item`` blocks (``data-ref``, ``data-status``) with other
-class names and order, and the pager "1 / 5" with a link "Más movimientos" (``rel="next"``).
+``maintenance_rate``: that share of requests (the bank's first check, after the site's guard)
+gets the 503 page "Servicio temporalmente no disponible por mantenimiento". ``layout=2``: the
+redesign: the accounts as a list of cards, movements as ``div.mov-item`` blocks (``data-ref``,
+``data-status``) with other class names and order, and the pager "1 / 5" with a link
+"Más movimientos" (``rel="next"``).
 """
 
 from __future__ import annotations
