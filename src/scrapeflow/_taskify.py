@@ -26,6 +26,7 @@ __all__ = [
     "Context",
     "Executor",
     "ExecutorResponse",
+    "TaskClock",
     "as_executor",
     "executor_name",
     "taskify",
@@ -65,9 +66,26 @@ class Context(NamedTuple):
 ExecutorResponse: TypeAlias = tuple[StatusData, bool]
 Executor: TypeAlias = Callable[[Context, StatusData], Awaitable[ExecutorResponse]]
 
-# The task runner sets the deadline of the task being run; executors called outside a run fall
-# back to the context's timeout.
-task_deadline: ContextVar[float | None] = ContextVar("scrapeflow_task_deadline", default=None)
+
+class TaskClock:
+    """The deadline of the task a worker of ``execute_async`` is running.
+
+    The run's watchdog cancels the worker when the deadline passes while an executor runs
+    (``in_executor``) and marks the clock ``expired``, so the executor records a
+    ``TimeoutError``. One clock per worker, reused task after task: no timer per call.
+    """
+
+    __slots__ = ("deadline", "expired", "in_executor", "task")
+
+    def __init__(self, task: asyncio.Task[Any] | None) -> None:
+        self.task = task
+        self.deadline = float("inf")
+        self.expired = False
+        self.in_executor = False
+
+
+# Set by each worker of a run; executors called outside a run use the context's timeout.
+task_clock: ContextVar[TaskClock | None] = ContextVar("scrapeflow_task_clock", default=None)
 
 _EXECUTOR_NAME = "__scrapeflow_executor__"
 
@@ -122,31 +140,51 @@ def taskify(fn: Callable[..., Awaitable[Any]]) -> Executor:
     name = fn.__name__
     takes_key = _takes_key(fn)
 
+    status_field = f"{name}_status"
+    last_run_field = f"{name}_last_run"
+
+    def record(status: StatusData, output: Any, outcome: str) -> None:
+        status[name] = output
+        status[status_field] = outcome
+        status[last_run_field] = now_text()
+
     @functools.wraps(fn)
     async def executor(context: Context, status: StatusData) -> ExecutorResponse:
-        status_field = f"{name}_status"
         if status.get(status_field) in (SUCCESS, SKIPPED) and not is_forced(context, name):
             status[status_field] = SKIPPED
             return status, True
-        deadline = task_deadline.get()
-        timeout_cm = (
-            asyncio.timeout(context.timeout_seconds)
-            if deadline is None
-            else asyncio.timeout_at(deadline)
-        )
+        clock = task_clock.get()
         try:
-            async with timeout_cm:
-                if takes_key:
-                    output = await fn(context, status["name"], status)
-                else:
-                    output = await fn(context, status)
+            if clock is None:
+                async with asyncio.timeout(context.timeout_seconds):
+                    output = await (
+                        fn(context, status["name"], status) if takes_key else fn(context, status)
+                    )
+            else:
+                if clock.deadline <= asyncio.get_running_loop().time():
+                    raise TimeoutError
+                clock.in_executor = True
+                try:
+                    output = await (
+                        fn(context, status["name"], status) if takes_key else fn(context, status)
+                    )
+                finally:
+                    clock.in_executor = False
         except EXPECTED_ERRORS as exc:
-            if isinstance(exc, asyncio.CancelledError) and _cancelled_from_outside():
-                raise
-            _record(status, name, {}, error_text(exc))
+            if isinstance(exc, asyncio.CancelledError):
+                if clock is not None and clock.expired:
+                    # The run's watchdog cancelled us at the task's deadline: a timeout.
+                    clock.expired = False
+                    if clock.task is not None:
+                        clock.task.uncancel()
+                    record(status, {}, error_text(TimeoutError()))
+                    return status, False
+                if _cancelled_from_outside():
+                    raise
+            record(status, {}, error_text(exc))
             return status, False
         except Exception as exc:
-            _record(status, name, {}, error_text(exc))
+            record(status, {}, error_text(exc))
             raise
         if (
             isinstance(output, tuple)
@@ -155,7 +193,7 @@ def taskify(fn: Callable[..., Awaitable[Any]]) -> Executor:
             and isinstance(output[1], bool)
         ):
             return output[0], output[1]
-        _record(status, name, {} if output is None else output, SUCCESS)
+        record(status, {} if output is None else output, SUCCESS)
         return status, True
 
     setattr(executor, _EXECUTOR_NAME, name)
@@ -166,12 +204,6 @@ def _cancelled_from_outside() -> bool:
     """True when the run itself is being cancelled (Ctrl-C), not just this executor's call."""
     task = asyncio.current_task()
     return task is not None and task.cancelling() > 0
-
-
-def _record(status: StatusData, name: str, output: Any, outcome: str) -> None:
-    status[name] = output
-    status[f"{name}_status"] = outcome
-    status[f"{name}_last_run"] = now_text()
 
 
 def as_executor(candidate: Callable[..., Awaitable[Any]]) -> Executor:

@@ -30,9 +30,10 @@ from scrapeflow._taskify import (
     Context,
     Executor,
     ExecutorResponse,
+    TaskClock,
     as_executor,
     executor_name,
-    task_deadline,
+    task_clock,
     taskify,
 )
 from scrapeflow.errors import ConfigError, InputError, TaskConflict, TaskNotFound
@@ -253,6 +254,7 @@ class _Run:
     ) -> None:
         self.chain = chain
         self.names = [executor_name(e) for e in chain]
+        self.status_fields = [f"{n}_status" for n in self.names]
         self.context = context
         self.store = store
         self.progress = progress
@@ -260,65 +262,87 @@ class _Run:
         self.succeeded: list[tuple[int, str]] = []
 
     async def run_all(self, stream: Iterator[tuple[int, str, Params | None]], workers: int) -> None:
-        pool = [asyncio.create_task(self._worker(stream)) for _ in range(workers)]
+        clocks = [TaskClock(None) for _ in range(workers)]
+        pool = [asyncio.create_task(self._worker(stream, clock)) for clock in clocks]
+        watchdog = asyncio.create_task(self._watch(clocks))
         try:
             done, pending = await asyncio.wait(pool, return_when=asyncio.FIRST_EXCEPTION)
         except asyncio.CancelledError:
-            await _cancel_all(pool)
+            await _cancel_all([*pool, watchdog])
             raise
+        await _cancel_all([watchdog])
         for task in done:
             error = None if task.cancelled() else task.exception()
             if error is not None:
                 await _cancel_all(pending)
                 raise error
 
-    async def _worker(self, stream: Iterator[tuple[int, str, Params | None]]) -> None:
+    async def _watch(self, clocks: list[TaskClock]) -> None:
+        """Cancel an executor whose task is past its deadline (a timer per run, not per call)."""
+        loop = asyncio.get_running_loop()
+        interval = min(0.25, max(0.005, self.context.timeout_seconds / 20))
+        while True:
+            await asyncio.sleep(interval)
+            now = loop.time()
+            for clock in clocks:
+                if clock.in_executor and not clock.expired and clock.deadline <= now:
+                    clock.expired = True
+                    if clock.task is not None:
+                        clock.task.cancel()
+
+    async def _worker(
+        self, stream: Iterator[tuple[int, str, Params | None]], clock: TaskClock
+    ) -> None:
+        clock.task = asyncio.current_task()
+        task_clock.set(clock)  # this worker's own context: set once, reused for every task
+        timeout = self.context.timeout_seconds
+        loop = asyncio.get_running_loop()
+        progress = self.progress
         # Tasks are pulled one at a time, so memory holds `workers` tasks, never the whole set.
         for index, key, params in stream:
-            outcome = await self._run_task(key, params)
-            progress = self.progress
+            status = await self._load(key, params)
+            clock.deadline = loop.time() + timeout
+            ok, ran_any = await self._run_task(key, status)
             progress.done += 1
-            progress.last = outcome
-            if outcome.ok:
+            if ok:
                 self.succeeded.append((index, key))
-                if outcome.skipped:
-                    progress.skipped += 1
-                else:
+                if ran_any:
                     progress.succeeded += 1
+                else:
+                    progress.skipped += 1
             else:
                 progress.failed += 1
-                _log.debug("task.failed", key=key, statuses=outcome.statuses)
+                _log.debug("task.failed", key=key, statuses=self._statuses(status))
             if self.on_progress is not None:
+                progress.last = TaskOutcome(
+                    key=key, ok=ok, skipped=ok and not ran_any, statuses=self._statuses(status)
+                )
                 self.on_progress(progress)
 
-    async def _run_task(self, key: str, params: Params | None) -> TaskOutcome:
-        status = await self._load(key, params)
-        deadline = asyncio.get_running_loop().time() + self.context.timeout_seconds
-        token = task_deadline.set(deadline)
+    def _statuses(self, status: StatusData) -> dict[str, str]:
+        return {n: str(status.get(f"{n}_status", "")) for n in self.names}
+
+    async def _run_task(self, key: str, status: StatusData) -> tuple[bool, bool]:
+        """Run the chain on one task; (succeeded, anything ran). Saves after each executor."""
         ok, ran_any, dirty = True, False, False
-        try:
-            for executor, name in zip(self.chain, self.names, strict=True):
-                before = status.get(f"{name}_status")
-                try:
-                    status, ok = await executor(self.context, status)
-                except Exception:
-                    await self.store.save(key, status)  # the error is recorded; keep it
-                    raise
-                ran = status.get(f"{name}_status") != SKIPPED
-                ran_any |= ran
-                if ran:
-                    await self.store.save(key, status)  # each executor's result, as it lands
-                    dirty = False
-                elif before != SKIPPED:
-                    dirty = True
-                if not ok:
-                    break
-            if dirty:
-                await self.store.save(key, status)
-        finally:
-            task_deadline.reset(token)
-        statuses = {n: str(status.get(f"{n}_status", "")) for n in self.names}
-        return TaskOutcome(key=key, ok=ok, skipped=ok and not ran_any, statuses=statuses)
+        for executor, status_field in zip(self.chain, self.status_fields, strict=True):
+            before = status.get(status_field)
+            try:
+                status, ok = await executor(self.context, status)
+            except Exception:
+                await self.store.save(key, status)  # the error is recorded; keep it
+                raise
+            if status.get(status_field) != SKIPPED:
+                ran_any = True
+                await self.store.save(key, status)  # each executor's result, as it lands
+                dirty = False
+            elif before != SKIPPED:
+                dirty = True
+            if not ok:
+                break
+        if dirty:
+            await self.store.save(key, status)
+        return ok, ran_any
 
     async def _load(self, key: str, params: Params | None) -> StatusData:
         status = await self.store.load(key)

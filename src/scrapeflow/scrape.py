@@ -24,6 +24,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import hashlib
+import os
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any, overload
@@ -110,7 +111,7 @@ async def _fetch(context: Context, status: StatusData) -> tuple[bytes, dict[str,
     raise ScrapeError("unreachable")  # pragma: no cover - the loop returns or raises
 
 
-async def _write_body(path: Path, body: bytes) -> None:
+async def _write_body(path: str, body: bytes) -> None:
     # The task's status, saved after this, is what declares the body complete.
     if len(body) >= _THREAD_WRITE_BYTES:
         await asyncio.to_thread(write_new_or_replace, path, body)
@@ -120,14 +121,19 @@ async def _write_body(path: Path, body: bytes) -> None:
 
 def scrape_path(context: Context, key: str) -> Path:
     """Where ``scrape`` stores the body of task ``key``."""
-    return Path(context.dir) / f"{key}{SCRAPE_SUFFIX}"
+    return Path(_body_path(context, key))
+
+
+def _body_path(context: Context, key: str) -> str:
+    # A plain string: this runs for every task, and pathlib costs microseconds here.
+    return os.path.join(context.dir, key + SCRAPE_SUFFIX)
 
 
 @taskify
 async def scrape(context: Context, key: str, status: StatusData) -> StatusData:
     """GET (or POST ``post_payload``) the task's URL; store the body in ``<key>.scrape``."""
     body, output = await _fetch(context, status)
-    await _write_body(scrape_path(context, key), body)
+    await _write_body(_body_path(context, key), body)
     return output
 
 
@@ -146,14 +152,14 @@ async def scrape_with_validation(context: Context, *args: Any, **kwargs: Any) ->
     ``(context, status, response_callback)``; the key defaults to ``status["name"]``.
     """
     key, status, callback = _validation_args(args, kwargs)
-    path = scrape_path(context, key)
+    path = _body_path(context, key)
     body, output = await _fetch(context, status)
     if callback is not None:
         try:
             callback(body)
         except Exception as exc:
             with contextlib.suppress(FileNotFoundError):
-                path.unlink()
+                os.unlink(path)
             if isinstance(exc, RuntimeError):
                 raise
             raise ValidationFailed(f"{type(exc).__name__}: {exc}") from exc
