@@ -388,3 +388,18 @@ async def test_bad_arguments_name_the_problem(tmp_path: Path) -> None:
         await execute_async([], tmp_path, {"a": {}})
     with pytest.raises(InputError, match="params of task 'a'"):
         await execute_async([scrape], tmp_path, [("a", "not a dict")])
+
+
+async def test_result_keeps_input_order_when_tasks_finish_out_of_order(tmp_path: Path) -> None:
+    @taskify
+    async def slower_first(context: Context, key: str, status: StatusData) -> dict:
+        await asyncio.sleep(0.01 * (20 - status["params"]["n"]))
+        return {}
+
+    tasks = {f"t{n}": {"n": n} for n in range(20)}
+    finished: list[str] = []
+    result = await execute_async(
+        [slower_first], tmp_path, tasks, on_progress=lambda p: finished.append(p.last.key)
+    )
+    assert finished != list(tasks)  # they did finish out of order
+    assert result == list(tasks)
