@@ -9,11 +9,12 @@ from datetime import datetime
 from pathlib import Path
 from random import random
 
-import aiohttp
 import pytest
 
 from scrapeflow.errors import ConfigError, InputError, TaskConflict, TaskNotFound
 from scrapeflow.executor import Context, RunProgress, execute_async, taskify
+from scrapeflow.http import HttpClient, HttpConfig
+from scrapeflow.sandbox import header_problem
 from scrapeflow.scrape import scrape, scrape_with_validation
 from scrapeflow.statusdata import StatusData
 
@@ -186,7 +187,19 @@ async def test_expected_network_errors_are_recorded(tmp_path: Path) -> None:
     tasks = {"refused": {"url": "http://127.0.0.1:1/"}}
     result = await execute_async([scrape], tmp_path, tasks)
     assert result == []
-    assert load(tmp_path, "refused")["scrape_status"].startswith("ERROR ClientConnectorError::")
+    error = load(tmp_path, "refused")["scrape_status"]
+    assert error.startswith("ERROR ConnectionFailed::connection failure after 4 attempt(s)")
+    assert "Cannot connect to host 127.0.0.1:1" in error
+
+
+async def test_a_raw_aiohttp_error_in_an_executor_is_recorded(tmp_path: Path) -> None:
+    @taskify
+    async def raw_get(context: Context, key: str, status: StatusData) -> dict:
+        async with context.session.get("http://127.0.0.1:1/") as response:
+            return {"status": response.status}
+
+    assert await execute_async([raw_get], tmp_path, {"t": {}}) == []
+    assert load(tmp_path, "t")["raw_get_status"].startswith("ERROR ClientConnectorError::")
 
 
 async def test_timeout_is_recorded_per_task(tmp_path: Path, plain_site) -> None:
@@ -370,13 +383,26 @@ async def test_raw_executor_response_is_passed_through(tmp_path: Path) -> None:
     assert load(tmp_path, "t")["raw"] == {"mine": 1}
 
 
-async def test_own_session_is_used_and_left_open(tmp_path: Path, plain_site) -> None:
-    async with aiohttp.ClientSession(headers={"X-Mine": "yes"}) as session:
-        tasks = {"echo": {"url": f"{plain_site.url}/echo"}}
-        await execute_async([scrape], tmp_path, tasks, session=session)
-        assert not session.closed
+async def test_own_http_client_is_used_and_left_open(tmp_path: Path, plain_site) -> None:
+    config = HttpConfig(identities="none", max_connections=5)
+    async with HttpClient(config) as http:
+        tasks = {"echo": {"url": f"{plain_site.url}/echo", "headers": {"X-Mine": "yes"}}}
+        assert await execute_async([scrape], tmp_path, tasks, http=http) == ["echo"]
+        assert http.stats.hosts[plain_site.url.removeprefix("http://")].ok == 1
+        again = await http.get(f"{plain_site.url}/page/1")  # still open after the run
+        assert again.status == 200
     echoed = json.loads((tmp_path / "echo.scrape").read_bytes())
     assert echoed["headers"]["X-Mine"] == "yes"
+    assert echoed["headers"]["User-Agent"].startswith("Python/")  # identities="none"
+
+
+async def test_scrape_sends_a_coherent_browser_identity_by_default(
+    tmp_path: Path, plain_site
+) -> None:
+    await execute_async([scrape], tmp_path, {"echo": {"url": f"{plain_site.url}/echo"}})
+    headers = json.loads((tmp_path / "echo.scrape").read_bytes())["headers"]
+    assert header_problem(headers) is None
+    assert "Mozilla/5.0" in headers["User-Agent"]
 
 
 async def test_bad_arguments_name_the_problem(tmp_path: Path) -> None:

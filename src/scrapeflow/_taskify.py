@@ -18,6 +18,7 @@ from scrapeflow.status import ERROR_PREFIX, SKIPPED, SUCCESS, StatusData
 if TYPE_CHECKING:
     from pathlib import Path
 
+    from scrapeflow.http import HttpClient
     from scrapeflow.proxies import ProxyProvider
 
 __all__ = [
@@ -61,6 +62,8 @@ class Context(NamedTuple):
     timeout_seconds: float
     # Proxy provider for http requests.
     proxy_provider: ProxyProvider | None
+    # Beyond the seed: the HTTP layer (slots, retries, sessions, proxy rotation) of the run.
+    http: HttpClient | None = None
 
 
 ExecutorResponse: TypeAlias = tuple[StatusData, bool]

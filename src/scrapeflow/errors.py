@@ -12,7 +12,15 @@ The tree::
     │   └── TaskConflict                    a key's stored params differ from the params given
     ├── ScrapeError (RuntimeError)          one task's scrape failed; recorded, the run goes on
     │   ├── HTTPStatusError                 the server answered with an unexpected status code
-    │   └── ValidationFailed                the response_callback refused the content
+    │   ├── ValidationFailed                the response_callback refused the content
+    │   └── FetchError                      the HTTP layer gave up on a request (after retries)
+    │       ├── FetchTimeout (TimeoutError)     no answer in time
+    │       ├── ConnectionFailed (ConnectionError)  the connection failed or was dropped
+    │       │   └── NoProxyAvailable            every proxy is quarantined or bad: not sent
+    │       ├── RetryBudgetExhausted            the run's retry budget is spent
+    │       └── SessionError                    the session is burnt: policy "retire it, retry"
+    │           └── Banned                      the site banned this identity or IP
+    │               └── CaptchaDetected         the site answered with a CAPTCHA
     ├── ProxyError                          proxy providers
     │   ├── ProxiesNotLoaded                get_one_proxy() before load()
     │   └── ProxyListUnavailable            a provider's list could not be fetched
@@ -26,17 +34,25 @@ executor raising ``RuntimeError`` fails its task without stopping the run.
 from __future__ import annotations
 
 __all__ = [
+    "Banned",
+    "CaptchaDetected",
     "ConfigError",
+    "ConnectionFailed",
+    "FetchError",
+    "FetchTimeout",
     "HTTPStatusError",
     "InputError",
     "JsError",
     "MissingExtra",
     "MissingSetting",
+    "NoProxyAvailable",
     "ProxiesNotLoaded",
     "ProxyError",
     "ProxyListUnavailable",
+    "RetryBudgetExhausted",
     "ScrapeError",
     "ScrapeflowError",
+    "SessionError",
     "StatusCorrupt",
     "StatusError",
     "TaskConflict",
@@ -99,6 +115,43 @@ class HTTPStatusError(ScrapeError):
 
 class ValidationFailed(ScrapeError):
     """The content validation callback refused the response body."""
+
+
+class FetchError(ScrapeError):
+    """The HTTP layer gave up on a request; ``url`` and ``attempts`` say which and how hard."""
+
+    def __init__(self, message: str, *, url: str = "", attempts: int = 0) -> None:
+        super().__init__(message)
+        self.url = url
+        self.attempts = attempts
+
+
+class FetchTimeout(FetchError, TimeoutError):
+    """No complete answer within the request timeout."""
+
+
+class ConnectionFailed(FetchError, ConnectionError):
+    """The connection could not be made, or was dropped before a whole answer came."""
+
+
+class NoProxyAvailable(ConnectionFailed):
+    """A proxy provider is set but no proxy is usable now; the request is never sent directly."""
+
+
+class RetryBudgetExhausted(FetchError):
+    """The client's retry budget for the run is spent; the request was not retried."""
+
+
+class SessionError(FetchError):
+    """The scraping session is burnt. Policy: retire it (new proxy, cookies, identity), retry."""
+
+
+class Banned(SessionError):
+    """The site banned this session's identity or IP (403, or a page ``is_ban`` recognised)."""
+
+
+class CaptchaDetected(Banned):
+    """The site answered with a CAPTCHA page (found by a content validator)."""
 
 
 class ProxyError(ScrapeflowError):

@@ -22,7 +22,6 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-import aiohttp
 import orjson
 
 from scrapeflow._logging import get_logger
@@ -38,6 +37,7 @@ from scrapeflow._taskify import (
     taskify,
 )
 from scrapeflow.errors import ConfigError, InputError, TaskConflict, TaskNotFound
+from scrapeflow.http import HttpClient, HttpConfig
 from scrapeflow.proxies import ProxyProvider
 from scrapeflow.status import (
     SKIPPED,
@@ -121,7 +121,7 @@ async def execute_async(
     proxy_provider: ProxyProvider | None = None,
     *,
     store: StatusStore | None = None,
-    session: aiohttp.ClientSession | None = None,
+    http: HttpClient | HttpConfig | None = None,
     on_progress: ProgressCallback | None = None,
 ) -> list[str]:
     """Run ``executors`` in order on every task, ``max_parallelism`` tasks at a time.
@@ -136,8 +136,11 @@ async def execute_async(
     that ``scrape`` goes through.
 
     Beyond the seed: ``store`` replaces the status directory by another :class:`StatusStore`;
-    ``session`` reuses your own ``aiohttp.ClientSession``; ``on_progress`` is called after each
-    task with the run's :class:`RunProgress`.
+    ``http`` is the HTTP layer's configuration, or your own open
+    :class:`~scrapeflow.http.HttpClient` (then ``proxy_provider`` is the client's); every
+    request of ``scrape`` goes through it, and ``context.session`` is its default session for
+    your own executors. ``on_progress`` is called after each task with the run's
+    :class:`RunProgress`.
 
     Returns the keys of the tasks that succeeded or were skipped, in input order. An error
     outside the seed's expected list stops the run once every finished task's status is saved,
@@ -158,22 +161,20 @@ async def execute_async(
     await store.prepare()
     if isinstance(tasks, Sequence) and not isinstance(tasks, str):
         await _check_keys_known(tasks, store)
-    if proxy_provider is not None:
-        await proxy_provider.load()
-
-    own_session = session is None
-    if session is None:
-        session = aiohttp.ClientSession(
-            connector=aiohttp.TCPConnector(limit=parallelism, limit_per_host=0),
-            timeout=aiohttp.ClientTimeout(total=None),
-        )
+    own_client = not isinstance(http, HttpClient)
+    if isinstance(http, HttpClient):
+        client = http
+    else:
+        config = http or HttpConfig(max_connections=parallelism, timeout=timeout)
+        client = await HttpClient(config, proxy_provider=proxy_provider).__aenter__()
     context = Context(
         dir=Path(directory),
-        session=session,
+        session=client.aiohttp_session,
         forced_executors=forced,
         semaphore=asyncio.Semaphore(parallelism),
         timeout_seconds=timeout,
-        proxy_provider=proxy_provider,
+        proxy_provider=client.proxy_provider,
+        http=client,
     )
     progress = RunProgress(total=len(tasks) if isinstance(tasks, Mapping | Sequence) else None)
     run = _Run(chain, context, store, progress, on_progress)
@@ -190,8 +191,8 @@ async def execute_async(
         )
         await run.run_all(_task_stream(tasks), workers)
     finally:
-        if own_session:
-            await session.close()
+        if own_client:
+            await client.aclose()
         _log.info(
             "run.end",
             done=progress.done,

@@ -128,6 +128,11 @@ class ProxyProvider:
         With ``country``, only that country's proxies (the same code the provider uses).
         Without, the ``"*"`` proxies when the provider has them, else any proxy.
         """
+        good = self.candidates(country)
+        return random.choice(good) if good else None
+
+    def candidates(self, country: str | None = None) -> list[str]:
+        """The good proxies ``get_one_proxy(country)`` chooses from."""
         if not self._loaded:
             raise ProxiesNotLoaded(
                 f"{type(self).__name__} has not fetched its proxies yet: await provider.load()"
@@ -138,8 +143,7 @@ class ProxyProvider:
             pool = self.proxies[ANY_COUNTRY]
         else:
             pool = self.all_proxies()
-        good = [p for p in pool if p not in self.bad_proxies]
-        return random.choice(good) if good else None
+        return [p for p in pool if p not in self.bad_proxies]
 
     def mark_bad(self, proxy: str) -> None:
         """Stop handing out ``proxy``."""

@@ -29,12 +29,15 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any, overload
 
-import aiohttp
-
 from scrapeflow._jsonfile import write_new_or_replace
-from scrapeflow._redact import redact
 from scrapeflow._taskify import Context, taskify
-from scrapeflow.errors import HTTPStatusError, ScrapeError, ValidationFailed
+from scrapeflow.errors import (
+    CaptchaDetected,
+    HTTPStatusError,
+    NoProxyAvailable,
+    ScrapeError,
+    ValidationFailed,
+)
 from scrapeflow.status import StatusData
 
 __all__ = [
@@ -51,64 +54,40 @@ ResponseCallback = Callable[[bytes], None]
 
 # Bodies above this size are written from a worker thread so the event loop keeps serving others.
 _THREAD_WRITE_BYTES = 256 * 1024
-_PROXY_FAILURES = (aiohttp.ClientProxyConnectionError, aiohttp.ClientHttpProxyError)
 
 
-class NoProxyAvailable(ScrapeError):
-    """A proxy provider is set but has no good proxy left; the task is not sent directly."""
-
-
-async def _fetch(context: Context, status: StatusData) -> tuple[bytes, dict[str, Any]]:
-    """Send the task's request, through a proxy if the run has a provider. Body and output."""
-    if context.session is None:
-        raise ScrapeError("the context has no HTTP session")
+async def _fetch(
+    context: Context, status: StatusData, validate: ResponseCallback | None = None
+) -> tuple[bytes, dict[str, Any]]:
+    """Send the task's request through the run's HTTP layer. The body, and the output."""
+    http = context.http
+    if http is None:
+        raise ScrapeError("the context has no HTTP client: run executors with execute_async")
     params = status["params"]
     url = params.get("url")
     if not isinstance(url, str) or not url:
         raise ScrapeError("params has no 'url'")
     payload = params.get("post_payload")
-    method = "POST" if payload is not None else "GET"
-    headers = params.get("headers")
-    provider = context.proxy_provider
-    attempts = provider.default_retries if provider is not None else 1
-    last_failure = ""
-    for attempt in range(1, attempts + 1):
-        proxy = None
-        if provider is not None:
-            proxy = provider.get_one_proxy(params.get("country"))
-            if proxy is None:
-                raise NoProxyAvailable("no good proxy left in the proxy provider" + last_failure)
-        try:
-            async with (
-                context.semaphore,
-                context.session.request(
-                    method, url, data=payload, headers=headers, proxy=proxy
-                ) as response,
-            ):
-                body = await response.read()
-                if proxy is not None and (
-                    response.status == 407 or "Proxy-Authenticate" in response.headers
-                ):
-                    raise aiohttp.ClientHttpProxyError(
-                        response.request_info, (), status=407, message="proxy refused the login"
-                    )
-                if response.status != 200:
-                    raise HTTPStatusError(response.status, url)
-                output = {
-                    "size": len(body),
-                    "content": hashlib.md5(body, usedforsecurity=False).hexdigest(),
-                    "response_headers": {k: response.headers.getone(k) for k in response.headers},
-                    "http_status": response.status,
-                    "final_url": str(response.url),
-                }
-                return body, output
-        except _PROXY_FAILURES as exc:
-            # The proxy, not the site, failed: stop using it and try another one.
-            if provider is None or proxy is None or attempt == attempts:
-                raise
-            provider.mark_bad(proxy)
-            last_failure = f" (last proxy failure: {redact(str(exc))})"
-    raise ScrapeError("unreachable")  # pragma: no cover - the loop returns or raises
+    response = await http.request(
+        "POST" if payload is not None else "GET",
+        url,
+        session=http.pooled_session(country=params.get("country")),
+        data=payload,
+        headers=params.get("headers"),
+        validate=validate,
+    )
+    if response.status != 200:
+        raise HTTPStatusError(response.status, url)
+    body = response.body
+    headers = response.headers
+    output = {
+        "size": len(body),
+        "content": hashlib.md5(body, usedforsecurity=False).hexdigest(),
+        "response_headers": {k: headers.getone(k) for k in headers},
+        "http_status": response.status,
+        "final_url": response.url,
+    }
+    return body, output
 
 
 async def _write_body(path: str, body: bytes) -> None:
@@ -153,16 +132,17 @@ async def scrape_with_validation(context: Context, *args: Any, **kwargs: Any) ->
     """
     key, status, callback = _validation_args(args, kwargs)
     path = _body_path(context, key)
-    body, output = await _fetch(context, status)
-    if callback is not None:
-        try:
-            callback(body)
-        except Exception as exc:
-            with contextlib.suppress(FileNotFoundError):
-                os.unlink(path)
-            if isinstance(exc, RuntimeError):
-                raise
-            raise ValidationFailed(f"{type(exc).__name__}: {exc}") from exc
+    try:
+        # The HTTP layer runs the callback: a refused page retires the session and is tried
+        # again through a fresh one (a CAPTCHA is rarely served twice to a new visitor).
+        body, output = await _fetch(context, status, validate=callback)
+    except CaptchaDetected as exc:
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(path)
+        cause = exc.__cause__
+        if isinstance(cause, RuntimeError):
+            raise cause from None  # the seed's contract: the callback's own error is recorded
+        raise ValidationFailed(f"{type(cause).__name__}: {cause}") from exc
     await _write_body(path, body)
     return output
 

@@ -21,11 +21,12 @@ import math
 import random
 import re
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 
 from aiohttp import web
 from aiohttp.typedefs import Handler, Middleware
+from multidict import CIMultiDict
 
 from scrapeflow.sandbox._hostility import Hostility
 
@@ -54,9 +55,12 @@ _FIREFOX = re.compile(r"Firefox/(\d+)")
 _MAX_TRACKED_IPS = 100_000
 
 
-def header_problem(headers: dict[str, str] | web.Request) -> str | None:
-    """Why a request's headers do not look like a real browser's, or ``None`` if they do."""
-    get = headers.headers.get if isinstance(headers, web.Request) else headers.get
+def header_problem(headers: Mapping[str, str] | web.Request) -> str | None:
+    """Why a request's headers do not look like a real browser's, or ``None`` if they do.
+
+    Header names are matched without regard to case, as HTTP wants.
+    """
+    get = (headers.headers if isinstance(headers, web.Request) else CIMultiDict(headers)).get
     agent = get("User-Agent", "")
     if not agent:
         return "no-user-agent"

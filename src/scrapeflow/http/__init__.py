@@ -1,0 +1,37 @@
+"""The HTTP layer every scrapeflow scraper goes through (aiohttp underneath).
+
+* per-host slots with their own concurrency and pacing, adaptive (AIMD) and ``Retry-After``
+  aware, under one global cap (:class:`HostPolicy`);
+* retries with exponential backoff and jitter, per request and per run (:class:`RetryPolicy`);
+* sessions that keep identity, cookies and proxy together, change proxy only after repeated
+  failures, and are retired on a ban or a CAPTCHA (:class:`ScrapeSession`);
+* coherent browser identities (:data:`IDENTITIES`);
+* stats per host and per proxy (:class:`Stats`).
+
+>>> from scrapeflow.http import HttpClient, HttpConfig
+>>> async with HttpClient(HttpConfig(max_connections=50)) as http:  # doctest: +SKIP
+...     response = await http.get("http://127.0.0.1:8080/page/1")
+"""
+
+from scrapeflow.http._client import HttpClient, Response
+from scrapeflow.http._config import HostPolicy, HttpConfig, RetryPolicy
+from scrapeflow.http._identity import IDENTITIES, Identity, pick_identity
+from scrapeflow.http._proxypool import ProxyPool, proxy_label
+from scrapeflow.http._session import ScrapeSession
+from scrapeflow.http._stats import Stats, TrafficStats
+
+__all__ = [
+    "IDENTITIES",
+    "HostPolicy",
+    "HttpClient",
+    "HttpConfig",
+    "Identity",
+    "ProxyPool",
+    "Response",
+    "RetryPolicy",
+    "ScrapeSession",
+    "Stats",
+    "TrafficStats",
+    "pick_identity",
+    "proxy_label",
+]

@@ -1,0 +1,488 @@
+"""The HTTP client every scrapeflow scraper goes through.
+
+>>> async with HttpClient(HttpConfig(), proxy_provider=provider) as http:  # doctest: +SKIP
+...     session = http.session()                       # identity + cookies + proxy, kept together
+...     response = await http.request("GET", url, session=session, validate=looks_real)
+
+One attempt after another, ``request``:
+
+1. takes a place in the host's slot (per ``host:port``, and per proxy: a site judges each exit
+   IP apart), under the global cap and the proxy's own cap;
+2. sends the request through the session's proxy and reads the whole body (capped);
+3. classifies the answer: success; a ban (``ban_statuses`` or ``is_ban``) or a CAPTCHA
+   (``validate`` raised) — the session is retired and the request retried; a throttle (429,
+   503) — the host slows down and ``Retry-After`` is honoured; another retryable failure (5xx,
+   connection error, timeout) — retried with exponential backoff and jitter, and after
+   ``rotate_after`` consecutive failures the session moves to another proxy, the failing one
+   being quarantined;
+4. returns the :class:`Response` — any final status, 404 included; the caller judges it — or
+   raises a :class:`~scrapeflow.errors.FetchError` once the retries are spent.
+
+Requests that are not idempotent (POST, PATCH) are sent once unless marked ``safe=True``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import random
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from types import TracebackType
+from typing import Any
+
+import aiohttp
+import yarl
+from multidict import CIMultiDictProxy
+
+from scrapeflow._logging import get_logger
+from scrapeflow._redact import redact
+from scrapeflow.errors import (
+    Banned,
+    CaptchaDetected,
+    ConnectionFailed,
+    FetchError,
+    FetchTimeout,
+    NoProxyAvailable,
+    RetryBudgetExhausted,
+)
+from scrapeflow.http._config import IDEMPOTENT_METHODS, HttpConfig
+from scrapeflow.http._hosts import HostLimiter
+from scrapeflow.http._proxypool import ProxyPool, proxy_label
+from scrapeflow.http._session import ScrapeSession
+from scrapeflow.http._stats import Stats
+from scrapeflow.proxies import ProxyProvider
+
+__all__ = ["HttpClient", "Response"]
+
+_log = get_logger(__name__)
+_PROXY_FAILURES = (aiohttp.ClientProxyConnectionError, aiohttp.ClientHttpProxyError)
+_THROTTLE_STATUSES = frozenset({429, 503})
+_READ_CHUNK = 256 * 1024
+
+Validator = Callable[[bytes], None]
+BanCheck = Callable[["Response"], bool]
+
+
+@dataclass(frozen=True, slots=True)
+class Response:
+    """A whole answer: status, headers, body, final URL, and how it was obtained."""
+
+    method: str
+    url: str
+    status: int
+    headers: CIMultiDictProxy[str]
+    body: bytes
+    elapsed: float
+    attempts: int
+    proxy: str | None  # host:port of the proxy, never its credentials
+
+    def text(self, encoding: str | None = None) -> str:
+        charset = encoding
+        if charset is None:
+            content_type = self.headers.get("Content-Type", "")
+            _, _, params = content_type.partition("charset=")
+            charset = params.split(";")[0].strip() or "utf-8"
+        return self.body.decode(charset, errors="replace")
+
+    def json(self) -> Any:
+        return json.loads(self.body)
+
+
+class _Outcome:
+    """Why an attempt did not succeed, for the retry decision."""
+
+    __slots__ = ("error", "kind", "response", "retry_after")
+
+    def __init__(
+        self,
+        kind: str,
+        *,
+        response: Response | None = None,
+        error: BaseException | None = None,
+        retry_after: float | None = None,
+    ) -> None:
+        self.kind = kind
+        self.response = response
+        self.error = error
+        self.retry_after = retry_after
+
+
+class HttpClient:
+    """Per-host slots, retries, sessions with smart proxy rotation, ban detection, stats."""
+
+    def __init__(
+        self,
+        config: HttpConfig | None = None,
+        *,
+        proxy_provider: ProxyProvider | None = None,
+        is_ban: BanCheck | None = None,
+    ) -> None:
+        self.config = config or HttpConfig()
+        self.rng = random.Random(self.config.seed)
+        self.proxy_provider = proxy_provider
+        self.is_ban = is_ban
+        self.stats = Stats()
+        self.hosts = HostLimiter(self.config, self.rng)
+        self.proxy_pool: ProxyPool | None = None
+        self._connector: aiohttp.TCPConnector | None = None
+        self._global: asyncio.Semaphore | None = None
+        self._sessions: list[ScrapeSession] = []
+        self._pools: dict[str | None, list[ScrapeSession]] = {}
+        self._pool_next = 0
+        self._retries_spent = 0
+        self._default: ScrapeSession | None = None
+        self._plain: aiohttp.ClientSession | None = None
+
+    async def __aenter__(self) -> HttpClient:
+        self._connector = aiohttp.TCPConnector(limit=0, limit_per_host=0, ttl_dns_cache=300)
+        self._global = asyncio.Semaphore(self.config.max_connections)
+        if self.proxy_provider is not None:
+            await self.proxy_provider.load()
+            self.proxy_pool = ProxyPool(
+                self.proxy_provider,
+                quarantine=self.config.quarantine,
+                concurrency=self.config.proxy_concurrency,
+                rng=self.rng,
+            )
+        return self
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        await self.aclose()
+
+    async def aclose(self) -> None:
+        for session in self._sessions:
+            await session.close()
+        self._sessions.clear()
+        if self._plain is not None:
+            await self._plain.close()
+            self._plain = None
+        if self._connector is not None:
+            await self._connector.close()
+            self._connector = None
+
+    @property
+    def connector(self) -> aiohttp.TCPConnector:
+        if self._connector is None:
+            raise RuntimeError("use the HttpClient inside 'async with'")
+        return self._connector
+
+    # -- sessions ---------------------------------------------------------------------------
+
+    def session(self, *, country: str | None = None) -> ScrapeSession:
+        """A new session: its own identity, cookies and (with a provider) proxy."""
+        session = ScrapeSession(self, country=country)
+        self._sessions.append(session)
+        return session
+
+    @property
+    def default_session(self) -> ScrapeSession:
+        """The session of requests that name none (created on first use)."""
+        if self._default is None:
+            self._default = self.session()
+        return self._default
+
+    @property
+    def aiohttp_session(self) -> aiohttp.ClientSession:
+        """A plain aiohttp session on the client's connection pool, for code that wants one
+        (the seed's ``context.session``): no retries, identity or proxy are applied to it."""
+        if self._plain is None:
+            self._plain = aiohttp.ClientSession(
+                connector=self.connector,
+                connector_owner=False,
+                cookie_jar=aiohttp.CookieJar(unsafe=True),
+                timeout=aiohttp.ClientTimeout(total=self.config.timeout),
+            )
+        return self._plain
+
+    def pooled_session(self, *, country: str | None = None) -> ScrapeSession:
+        """One of a pool of sessions, in turn: one per proxy (one without proxies).
+
+        For bulk work where requests need no common cookies: load spreads over the proxies.
+        """
+        pool = self._pools.get(country)
+        if pool is None:
+            size = len(self.proxy_provider.all_proxies()) if self.proxy_provider else 1
+            pool = self._pools[country] = [
+                self.session(country=country) for _ in range(max(1, size))
+            ]
+        self._pool_next += 1
+        return pool[self._pool_next % len(pool)]
+
+    # -- requests ---------------------------------------------------------------------------
+
+    async def get(self, url: str, **kwargs: Any) -> Response:
+        return await self.request("GET", url, **kwargs)
+
+    async def request(
+        self,
+        method: str,
+        url: str,
+        *,
+        session: ScrapeSession | None = None,
+        validate: Validator | None = None,
+        safe: bool = False,
+        slot: str | None = None,
+        retry_statuses: frozenset[int] | None = None,
+        **kwargs: Any,
+    ) -> Response:
+        """Send ``method url`` until it succeeds or the retry policy gives up.
+
+        ``validate(body)`` raises (``RuntimeError`` like the seed's callbacks) when the content
+        is not real (a CAPTCHA); ``safe`` allows retrying a non-idempotent request; ``slot``
+        overrides the host slot's key; other keyword arguments go to aiohttp (``data``,
+        ``json``, ``headers``, ``params``, ``allow_redirects``).
+        """
+        method = method.upper()
+        session = session or self.default_session
+        policy = self.config.retry
+        retry_statuses = policy.statuses if retry_statuses is None else retry_statuses
+        retryable_method = safe or method in IDEMPOTENT_METHODS
+        target = yarl.URL(url)
+        host = f"{target.host}:{target.port}"
+        attempt = bans = 0
+        while True:
+            attempt += 1
+            outcome = await self._attempt(
+                method, url, host, session, slot, validate, retry_statuses, attempt, kwargs
+            )
+            if isinstance(outcome, Response):
+                return outcome
+            host_stats = self.stats.host(host)
+            if outcome.kind in ("ban", "captcha"):
+                bans += 1
+                await session.retire()
+                if bans > policy.ban_retries:
+                    raise self._final_error(outcome, url, attempt)
+            else:
+                if not retryable_method or attempt >= policy.attempts:
+                    return self._give_up(outcome, url, attempt)
+            if policy.run_budget is not None and self._retries_spent >= policy.run_budget:
+                raise RetryBudgetExhausted(
+                    f"retry budget of {policy.run_budget} spent; last: {outcome.kind}",
+                    url=redact(url),
+                    attempts=attempt,
+                )
+            self._retries_spent += 1
+            host_stats.retries += 1
+            await asyncio.sleep(policy.wait(attempt, self.rng, outcome.retry_after))
+
+    async def _attempt(
+        self,
+        method: str,
+        url: str,
+        host: str,
+        session: ScrapeSession,
+        slot_key: str | None,
+        validate: Validator | None,
+        retry_statuses: frozenset[int],
+        attempt: int,
+        kwargs: dict[str, Any],
+    ) -> Response | _Outcome:
+        proxy = session.proxy
+        label = proxy_label(proxy)
+        key = slot_key or (host if label is None else f"{host}@{label}")
+        host_slot = self.hosts.slot(key)
+        host_stats = self.stats.host(host)
+        proxy_stats = self.stats.proxy(label)
+        if self._global is None:
+            raise RuntimeError("use the HttpClient inside 'async with'")
+        pool = self.proxy_pool
+        if pool is not None and proxy is None:
+            session.rotate_proxy()  # all were quarantined when it last chose: try again
+            proxy, label = session.proxy, session.proxy_label
+            if proxy is None:
+                raise NoProxyAvailable(
+                    "no good proxy left: every proxy is quarantined or bad"
+                    + (f" (last failure: {session.last_failure})" if session.last_failure else ""),
+                    url=redact(url),
+                )
+        await host_slot.acquire()
+        started = time.monotonic()
+        outcome: Response | _Outcome
+        try:
+            async with self._global, pool.slot(proxy) if pool else contextlib.nullcontext():
+                host_stats.requests += 1
+                if proxy_stats:
+                    proxy_stats.requests += 1
+                response = await self._send(method, url, session, proxy, attempt, kwargs)
+        except _PROXY_FAILURES as exc:
+            outcome = _Outcome("proxy", error=exc)
+        except TimeoutError as exc:
+            outcome = _Outcome("timeout", error=exc)
+        except FetchError:
+            raise
+        except aiohttp.ClientError as exc:
+            outcome = _Outcome("connection", error=exc)
+        else:
+            outcome = self._judge(response, validate, retry_statuses, session)
+        finally:
+            host_slot.release()
+        elapsed = time.monotonic() - started
+        if isinstance(outcome, Response):
+            host_slot.on_success()
+            session.failures = 0
+            if pool is not None:
+                pool.recovered(proxy)
+            host_stats.ok += 1
+            host_stats.latencies.append(elapsed)
+            if proxy_stats:
+                proxy_stats.ok += 1
+                proxy_stats.latencies.append(elapsed)
+            return outcome
+        self._count_failure(outcome, host_stats, proxy_stats)
+        session.last_failure = _describe(outcome)
+        if outcome.kind in ("ban", "captcha", "throttle"):
+            host_slot.on_throttle(outcome.retry_after)
+        if outcome.kind in ("proxy", "timeout", "connection", "status"):
+            session.failures += 1
+            if pool is not None and proxy is not None:
+                hard = outcome.kind == "proxy"
+                if hard or session.failures >= self.config.rotate_after:
+                    seconds = pool.set_aside(proxy)
+                    session.rotate_proxy()
+                    _log.info("http.proxy_quarantined", proxy=label, seconds=seconds)
+        _log.debug(
+            "http.attempt_failed",
+            host=host,
+            proxy=label,
+            attempt=attempt,
+            kind=outcome.kind,
+            status=outcome.response.status if outcome.response else None,
+            error=None if outcome.error is None else redact(repr(outcome.error)),
+            seconds=round(elapsed, 3),
+        )
+        return outcome
+
+    async def _send(
+        self,
+        method: str,
+        url: str,
+        session: ScrapeSession,
+        proxy: str | None,
+        attempt: int,
+        kwargs: dict[str, Any],
+    ) -> Response:
+        started = time.monotonic()
+        async with session.http.request(method, url, proxy=proxy, **kwargs) as r:
+            limit = self.config.max_body_bytes
+            if r.content_length is not None and r.content_length > limit:
+                raise FetchError(
+                    f"body of {r.content_length} bytes is over the {limit}-byte limit",
+                    url=redact(url),
+                    attempts=attempt,
+                )
+            chunks = []
+            size = 0
+            async for chunk in r.content.iter_chunked(_READ_CHUNK):
+                size += len(chunk)
+                if size > limit:
+                    raise FetchError(
+                        f"body over the {limit}-byte limit", url=redact(url), attempts=attempt
+                    )
+                chunks.append(chunk)
+            if proxy is not None and (r.status == 407 or "Proxy-Authenticate" in r.headers):
+                raise aiohttp.ClientHttpProxyError(
+                    r.request_info, (), status=407, message="proxy refused the login"
+                )
+            return Response(
+                method=method,
+                url=str(r.url),
+                status=r.status,
+                headers=r.headers,
+                body=b"".join(chunks),
+                elapsed=time.monotonic() - started,
+                attempts=attempt,
+                proxy=proxy_label(proxy),
+            )
+
+    def _judge(
+        self,
+        response: Response,
+        validate: Validator | None,
+        retry_statuses: frozenset[int],
+        session: ScrapeSession,
+    ) -> Response | _Outcome:
+        status = response.status
+        if status in self.config.ban_statuses or (self.is_ban and self.is_ban(response)):
+            return _Outcome("ban", response=response)
+        if status in retry_statuses:
+            retry_after = _retry_after(response)
+            kind = "throttle" if status in _THROTTLE_STATUSES else "status"
+            return _Outcome(kind, response=response, retry_after=retry_after)
+        if validate is not None and 200 <= status < 300:
+            try:
+                validate(response.body)
+            except Exception as exc:
+                return _Outcome("captcha", response=response, error=exc)
+        return response
+
+    def _count_failure(self, outcome: _Outcome, *stats: Any) -> None:
+        for s in stats:
+            if s is None:
+                continue
+            if outcome.kind == "ban":
+                s.bans += 1
+            elif outcome.kind == "captcha":
+                s.captchas += 1
+            elif outcome.kind == "throttle":
+                s.throttled += 1
+            else:
+                s.errors[outcome.kind] += 1
+
+    def _give_up(self, outcome: _Outcome, url: str, attempts: int) -> Response:
+        if outcome.response is not None and outcome.kind in ("status", "throttle"):
+            return outcome.response  # a final answer: the caller judges its status
+        raise self._final_error(outcome, url, attempts)
+
+    def _final_error(self, outcome: _Outcome, url: str, attempts: int) -> FetchError:
+        error = self._make_final_error(outcome, url, attempts)
+        error.__cause__ = outcome.error  # e.g. the validator's own error, for the caller
+        return error
+
+    def _make_final_error(self, outcome: _Outcome, url: str, attempts: int) -> FetchError:
+        shown = redact(url)
+        detail = "" if outcome.error is None else f": {redact(str(outcome.error))}"
+        if outcome.kind == "captcha":
+            return CaptchaDetected(
+                f"CAPTCHA after {attempts} attempt(s){detail}", url=shown, attempts=attempts
+            )
+        if outcome.kind == "ban":
+            status = outcome.response.status if outcome.response else "?"
+            return Banned(
+                f"banned (HTTP {status}) after {attempts} attempt(s)", url=shown, attempts=attempts
+            )
+        if outcome.kind == "timeout":
+            return FetchTimeout(
+                f"no answer in {self.config.timeout:g} s after {attempts} attempt(s)",
+                url=shown,
+                attempts=attempts,
+            )
+        return ConnectionFailed(
+            f"{outcome.kind} failure after {attempts} attempt(s){detail}",
+            url=shown,
+            attempts=attempts,
+        )
+
+
+def _describe(outcome: _Outcome) -> str:
+    if outcome.response is not None:
+        return f"{outcome.kind}, HTTP {outcome.response.status}"
+    return f"{outcome.kind}: {redact(str(outcome.error))}" if outcome.error else outcome.kind
+
+
+def _retry_after(response: Response) -> float | None:
+    value = response.headers.get("Retry-After")
+    if value is None:
+        return None
+    try:
+        return max(0.0, float(value))
+    except ValueError:
+        return None  # an HTTP date: rare from rate limiters; the backoff applies

@@ -1,0 +1,132 @@
+"""Per-host slots: each host (or explicit key) gets its own concurrency and pacing.
+
+A slot admits at most ``limit`` requests at once and starts them at least ``delay`` apart (with
+jitter). Throttle signals (429, 503, bans) halve the limit and double the delay; successes win
+them back slowly (AIMD); ``Retry-After`` holds the whole slot. Slots idle for a while with
+nothing learnt are freed, so a crawl over a million hosts does not keep a million slots.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import random
+from collections import deque
+
+from scrapeflow.http._config import HostPolicy, HttpConfig
+
+__all__ = ["HostLimiter", "HostSlot"]
+
+_SWEEP_EVERY = 1024
+
+
+class HostSlot:
+    """One host's admission and pacing. ``acquire`` before a request, ``release`` after."""
+
+    def __init__(self, key: str, policy: HostPolicy, rng: random.Random) -> None:
+        self.key = key
+        self.policy = policy
+        self.limit = float(policy.concurrency)
+        self.delay = policy.delay
+        self.in_flight = 0
+        self.next_start = 0.0
+        self.hold_until = 0.0
+        self.last_used = 0.0
+        self._waiters: deque[asyncio.Future[None]] = deque()
+        self._rng = rng
+
+    @property
+    def learnt(self) -> bool:
+        """Whether the slot holds state worth keeping (a slowed rate, a hold)."""
+        return self.limit < self.policy.concurrency or self.delay > self.policy.delay
+
+    async def acquire(self) -> None:
+        loop = asyncio.get_running_loop()
+        while self.in_flight >= max(1, int(self.limit)):
+            waiter: asyncio.Future[None] = loop.create_future()
+            self._waiters.append(waiter)
+            try:
+                await waiter
+            except BaseException:
+                if not waiter.cancelled() and waiter.done():
+                    self._wake_one()  # we were woken but will not take the place: pass it on
+                else:
+                    self._waiters.remove(waiter)
+                raise
+        self.in_flight += 1
+        now = loop.time()
+        start = max(now, self.next_start, self.hold_until)
+        if self.delay > 0:
+            jitter = self.policy.jitter
+            self.next_start = start + self.delay * (1 + self._rng.uniform(-jitter, jitter))
+        if start > now:
+            try:
+                await asyncio.sleep(start - now)
+            except BaseException:
+                self.release()
+                raise
+
+    def release(self) -> None:
+        self.in_flight -= 1
+        self.last_used = asyncio.get_running_loop().time()
+        self._wake_one()
+
+    def _wake_one(self) -> None:
+        while self._waiters:
+            waiter = self._waiters.popleft()
+            if not waiter.done():
+                waiter.set_result(None)
+                return
+
+    def on_success(self) -> None:
+        if not self.policy.adaptive or not self.learnt:
+            return
+        self.limit = min(float(self.policy.concurrency), self.limit + 1.0 / self.limit)
+        if self.delay > self.policy.delay:
+            # Additive increase of the rate: 1/delay grows by a tenth of a request a second.
+            rate = 1.0 / self.delay + 0.1
+            self.delay = 1.0 / rate
+            if self.delay < max(self.policy.delay, self.policy.min_backoff_delay):
+                self.delay = self.policy.delay
+        self._wake_all_that_fit()
+
+    def on_throttle(self, retry_after: float | None = None) -> None:
+        """The host asked us to slow down (429, 503, a ban)."""
+        if self.policy.adaptive:
+            self.limit = max(1.0, self.limit / 2)
+            self.delay = min(
+                self.policy.max_delay, max(self.delay * 2, self.policy.min_backoff_delay)
+            )
+        if retry_after is not None and retry_after > 0:
+            now = asyncio.get_running_loop().time()
+            self.hold_until = max(self.hold_until, now + min(retry_after, self.policy.max_delay))
+
+    def _wake_all_that_fit(self) -> None:
+        free = max(1, int(self.limit)) - self.in_flight
+        for _ in range(max(0, free)):
+            self._wake_one()
+
+
+class HostLimiter:
+    """The slots of every host, under one global cap on requests in flight."""
+
+    def __init__(self, config: HttpConfig, rng: random.Random) -> None:
+        self.config = config
+        self.slots: dict[str, HostSlot] = {}
+        self._rng = rng
+        self._created = 0
+
+    def slot(self, key: str) -> HostSlot:
+        slot = self.slots.get(key)
+        if slot is None:
+            self._created += 1
+            if self._created % _SWEEP_EVERY == 0:
+                self._sweep()
+            slot = self.slots[key] = HostSlot(key, self.config.policy_for(key), self._rng)
+        return slot
+
+    def _sweep(self) -> None:
+        now = asyncio.get_running_loop().time()
+        for key, slot in list(self.slots.items()):
+            idle = now - slot.last_used > slot.policy.idle_seconds
+            if idle and slot.in_flight == 0 and not slot._waiters and not slot.learnt:
+                del self.slots[key]
