@@ -27,13 +27,14 @@ from rich.table import Table
 from rich.text import Text
 
 from scrapeflow.executor import RunProgress, execute_async
+from scrapeflow.http import HttpClient, HttpConfig, Stats
 from scrapeflow.proxies import ProxyProvider
 from scrapeflow.scrape import scrape
 from scrapeflow.status import ERROR_PREFIX, Params
 
 T = TypeVar("T")
 
-__all__ = ["RunDisplay", "run_async", "scrape_with_display", "summary_table"]
+__all__ = ["RunDisplay", "http_table", "run_async", "scrape_with_display", "summary_table"]
 
 _REFRESH_SECONDS = 0.1
 
@@ -55,6 +56,7 @@ class RunDisplay:
         self.errors: Counter[str] = Counter()
         self.last: RunProgress | None = None
         self.failed = 0
+        self.http_stats: Stats | None = None
         self._next_refresh = 0.0
         self._progress = Progress(
             SpinnerColumn(),
@@ -168,20 +170,55 @@ def scrape_with_display(
     timeout: float,
     force: list[str] | None = None,
     proxy_provider: ProxyProvider | None = None,
+    http: HttpConfig | None = None,
     description: str = "scrape",
 ) -> RunDisplay:
-    """Run ``scrape`` over ``tasks`` with a progress bar; the display holds the run's summary."""
-    with RunDisplay(console, total, description) as display:
-        run_async(
-            execute_async(
+    """Run ``scrape`` over ``tasks`` with a progress bar; the display holds the run's summary
+    and, in ``display.http_stats``, what the HTTP layer did per host and per proxy."""
+    config = http or HttpConfig(max_connections=parallelism, timeout=timeout)
+
+    async def run(display: RunDisplay) -> None:
+        async with HttpClient(config, proxy_provider=proxy_provider) as client:
+            display.http_stats = client.stats
+            await execute_async(
                 [scrape],
                 directory,
                 tasks,
                 timeout=timeout,
                 force_executors=force,
                 max_parallelism=parallelism,
-                proxy_provider=proxy_provider,
+                http=client,
                 on_progress=display.update,
             )
-        )
+
+    with RunDisplay(console, total, description) as display:
+        run_async(run(display))
     return display
+
+
+def http_table(stats: Stats) -> Table:
+    """Per host and per proxy: requests, outcomes and latency percentiles."""
+    table = Table(title="traffic")
+    for column in ("", "requests", "ok", "retries", "bans", "captchas", "429/503", "errors"):
+        table.add_column(column, justify="left" if not column else "right")
+    for column in ("p50 ms", "p90 ms", "p99 ms"):
+        table.add_column(column, justify="right")
+    for kind, group in (("host", stats.hosts), ("proxy", stats.proxies)):
+        for name, traffic in group.items():
+            snap = traffic.snapshot()
+            latency = snap["latency_ms"]
+            table.add_row(
+                f"{kind} {name}",
+                f"{traffic.requests:,}",
+                f"{traffic.ok:,}",
+                f"{traffic.retries:,}",
+                f"{traffic.bans:,}",
+                f"{traffic.captchas:,}",
+                f"{traffic.throttled:,}",
+                f"{sum(traffic.errors.values()):,}",
+                *(
+                    "-" if latency[q] is None else f"{latency[q]:,.0f}"
+                    for q in ("p50", "p90", "p99")
+                ),
+            )
+    return table

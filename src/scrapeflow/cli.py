@@ -16,10 +16,11 @@ from typing import Annotated, NoReturn
 import typer
 from rich.console import Console
 
-from scrapeflow._console import run_async, scrape_with_display, summary_table
+from scrapeflow._console import http_table, run_async, scrape_with_display, summary_table
 from scrapeflow._jsonfile import atomic_write_bytes
 from scrapeflow._logging import configure_logging
 from scrapeflow.errors import InputError, ScrapeflowError, StatusError
+from scrapeflow.http import HostPolicy, HttpConfig, RetryPolicy
 from scrapeflow.proxies import ProxyProviderFromList
 from scrapeflow.status import JsonDirStore, summarize
 from scrapeflow.urllist import UrlList
@@ -71,6 +72,21 @@ def _run_command(
     proxies: Annotated[
         Path | None, typer.Option(help="Proxy list: one http(s)://[user:pass@]host:port a line.")
     ] = None,
+    per_host: Annotated[
+        int, typer.Option(min=1, help="Concurrent requests per host (and per proxy exit).")
+    ] = HostPolicy().concurrency,
+    delay: Annotated[
+        float, typer.Option(min=0.0, help="Minimum seconds between requests to a host.")
+    ] = HostPolicy().delay,
+    retries: Annotated[
+        int, typer.Option(min=0, help="Retries per request (5xx, 429, timeouts, drops).")
+    ] = RetryPolicy().attempts - 1,
+    rotate_after: Annotated[
+        int, typer.Option(min=1, help="Consecutive failures through a proxy before changing it.")
+    ] = HttpConfig().rotate_after,
+    identity: Annotated[
+        str, typer.Option(help="'browser': coherent browser headers per session; 'none'.")
+    ] = "browser",
 ) -> None:
     """Scrape every URL of URLS_FILE into DIR (one <md5(url)>.status.json and .scrape each).
 
@@ -80,6 +96,14 @@ def _run_command(
         urls = UrlList.open(urls_file)
         provider = ProxyProviderFromList(_read_proxy_file(proxies)) if proxies else None
         _check_task_set(dir, urls)
+        http = HttpConfig(
+            max_connections=parallelism,
+            timeout=timeout,
+            host=HostPolicy(concurrency=per_host, delay=delay),
+            retry=RetryPolicy(attempts=retries + 1),
+            rotate_after=rotate_after,
+            identities=identity,
+        )
     except ScrapeflowError as exc:
         _fail(str(exc))
     if urls.duplicates:
@@ -94,6 +118,7 @@ def _run_command(
             timeout=timeout,
             force=force,
             proxy_provider=provider,
+            http=http,
         )
     except ScrapeflowError as exc:
         _fail(str(exc))
@@ -103,6 +128,8 @@ def _run_command(
         )
         raise typer.Exit(EXIT_INTERRUPTED) from None
     out.print(progress.summary())
+    if progress.http_stats is not None:
+        out.print(http_table(progress.http_stats))
     out.print(f"status files in {dir}")
     raise typer.Exit(EXIT_FAILED_TASKS if progress.failed else 0)
 
