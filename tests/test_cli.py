@@ -5,6 +5,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -58,7 +59,7 @@ def test_run_scrapes_every_url_then_resumes_with_nothing_to_do(tmp_path: Path, p
     first = cli("run", str(urls_file), "--dir", str(out), "--parallelism", "7")
 
     assert first.returncode == 0, first.stderr
-    assert "succeeded" in first.stdout and "30" in first.stdout
+    assert re.search(r"succeeded\s*│\s*30 │", first.stdout)
     assert "1 duplicate URL line" in first.stderr
     for url in urls:
         status = json.loads((out / f"{md5(url)}.status.json").read_text())
@@ -132,7 +133,8 @@ def test_bad_paths_are_one_line_errors(tmp_path: Path, plain_site) -> None:
     a_file.write_text("")
     unwritable = cli("run", str(urls_file), "--dir", str(a_file / "sub"))
     assert unwritable.returncode == 2
-    assert "cannot write status files" in unwritable.stderr
+    assert unwritable.stderr.startswith("error: cannot write status files")  # no progress bar
+    assert len(unwritable.stderr.strip().splitlines()) == 1
 
     not_dir = cli("run", str(urls_file), "--dir", str(a_file))
     assert not_dir.returncode == 2
@@ -171,7 +173,10 @@ def test_unknown_force_name_is_refused(tmp_path: Path, plain_site) -> None:
     urls_file = write_urls(tmp_path / "urls.txt", [plain_site.page_url(1)])
     result = cli("run", str(urls_file), "--dir", str(tmp_path / "o"), "--force", "parse")
     assert result.returncode == 2
-    assert "force_executors names no executor of this run: parse" in result.stderr
+    assert (
+        result.stderr.strip() == "error: --force names no executor of this run: parse (scrape, all)"
+    )
+    assert not (tmp_path / "o").exists()
 
 
 def wait_for_status_files(directory: Path, at_least: int, proc: subprocess.Popen[str]) -> None:
@@ -229,7 +234,7 @@ def test_kill_9_at_any_moment_loses_nothing_and_refetches_nothing(
         assert slow_site.hits(path) == hits, f"{path} fetched again after it succeeded"
     # Only the requests in flight at each kill (at most --parallelism) were sent twice.
     assert sum(slow_site.site.hits.values()) <= len(urls) + kills * 10
-    assert not list(out.glob("*.tmp-*")), "the next run sweeps temp files of dead runs"
+    assert not list(out.glob("*.sf-tmp-*")), "the next run sweeps temp files of dead runs"
 
 
 def test_ctrl_c_stops_cleanly_and_a_second_run_resumes(tmp_path: Path, slow_site) -> None:
@@ -260,3 +265,65 @@ def test_demo_runs_and_exits_0() -> None:
     assert "legacybank" in result.stdout  # the whole sandbox is up
     assert "hot restart: 140 of 140 tasks skipped" in result.stdout
     assert "SKIPPED" in result.stdout
+
+
+@pytest.mark.parametrize(
+    "line",
+    [
+        "1.2.3.4:8080:bob:S3CRET",
+        "bob:S3CRET@1.2.3.4:8080",
+        "http://bob:S3/CRET@1.2.3.4",
+        "socks5://bob:S3CRET@1.2.3.4:1080",
+    ],
+)
+def test_a_bad_proxy_line_is_named_but_never_shown(tmp_path: Path, plain_site, line: str) -> None:
+    proxies = tmp_path / "proxies.txt"
+    proxies.write_text(f"# mine\n{line}\n")
+    urls_file = write_urls(tmp_path / "urls.txt", [plain_site.page_url(1)])
+    result = cli("run", str(urls_file), "--dir", str(tmp_path / "o"), "--proxies", str(proxies))
+    assert result.returncode == 2
+    assert "proxies.txt:2: not a proxy URL" in result.stderr
+    assert "S3" not in result.stderr and "CRET" not in result.stderr
+
+
+def test_file_names_with_brackets_are_printed_as_they_are(tmp_path: Path) -> None:
+    result = cli("run", str(tmp_path / "x[/y].txt"), "--dir", str(tmp_path / "o"))
+    assert result.returncode == 2
+    assert "x[/y].txt: no such file" in result.stderr
+
+
+def test_a_corrupt_status_of_the_list_stops_the_run_before_any_fetch(
+    tmp_path: Path, plain_site
+) -> None:
+    urls = [plain_site.page_url(n) for n in range(10)]
+    urls_file = write_urls(tmp_path / "urls.txt", urls)
+    out = tmp_path / "out"
+    out.mkdir()
+    (out / f"{md5(urls[0])}.status.json").write_text(
+        json.dumps({"name": md5(urls[0]), "params": {"url": urls[0]}})
+    )
+    (out / f"{md5(urls[7])}.status.json").write_text('{"name": "cut')
+    before = snapshot(out)
+    result = cli("run", str(urls_file), "--dir", str(out))
+    assert result.returncode == 2
+    assert f"{md5(urls[7])}.status.json is not valid JSON" in result.stderr
+    assert snapshot(out) == before
+    assert sum(plain_site.site.hits.values()) == 0
+
+
+def test_status_skips_and_reports_foreign_files(tmp_path: Path, plain_site) -> None:
+    out = tmp_path / "out"
+    cli("run", str(write_urls(tmp_path / "u.txt", [plain_site.page_url(1)])), "--dir", str(out))
+    (out / "x.status.json").write_text('{"not": "ours", "html": "[/div]"}')
+    result = cli("status", str(out))
+    assert result.returncode == 0
+    assert (
+        "skipped 1 file(s) that are not scrapeflow statuses (first: x.status.json)" in result.stderr
+    )
+    assert "SUCCESS" in result.stdout
+
+
+def test_bad_log_level_is_refused() -> None:
+    result = cli("--log-level", "verbose", "status", ".")
+    assert result.returncode == 2
+    assert "verbose" in result.stderr

@@ -63,13 +63,16 @@ async def test_save_is_atomic_and_stale_temp_files_are_swept(tmp_path: Path) -> 
     await store.prepare()
     await store.save("k", {"name": "k", "params": {}})
     # A temp file of a writer that died (pid 2**22 + 1 is above Linux's pid_max default range).
-    dead = tmp_path / f"k.status.json.tmp-{2**22 + 1}"
+    dead = tmp_path / f"k.status.json.sf-tmp-{2**22 + 1}-0"
     dead.write_text("{half")
-    live = tmp_path / f"j.status.json.tmp-{os.getpid()}"
+    live = tmp_path / f"j.status.json.sf-tmp-{os.getpid()}-7"
+    mine = tmp_path / "notes.tmp-12345"  # a user's file that only looks like one
+    mine.write_text("keep me")
     live.write_text("{being written")
     await store.prepare()
     assert not dead.exists()
     assert live.exists()
+    assert mine.read_text() == "keep me"
     assert list(store.keys()) == ["k"]
     assert json.loads((tmp_path / "k.status.json").read_text()) == {"name": "k", "params": {}}
 

@@ -125,7 +125,7 @@ class RunDisplay:
         table.add_row("seconds", f"{p.elapsed:,.2f}")
         table.add_row("tasks/s", f"{p.rate:,.0f}")
         for kind, count in self.errors.most_common(10):
-            table.add_row(f"  {kind}", f"{count:,}")
+            table.add_row(Text(f"  {kind}"), f"{count:,}")
         return table
 
 
@@ -138,7 +138,7 @@ def summary_table(summary: dict[str, Counter[str]], *, title: str) -> Table:
     for name, counts in summary.items():
         for text, count in counts.most_common():
             shown = text if len(text) <= 100 else text[:97] + "..."
-            table.add_row(name, shown, f"{count:,}")
+            table.add_row(Text(name), Text(shown), f"{count:,}")
     return table
 
 
@@ -208,7 +208,7 @@ def http_table(stats: Stats) -> Table:
             snap = traffic.snapshot()
             latency = snap["latency_ms"]
             table.add_row(
-                f"{kind} {name}",
+                Text(f"{kind} {name}"),
                 f"{traffic.requests:,}",
                 f"{traffic.ok:,}",
                 f"{traffic.retries:,}",

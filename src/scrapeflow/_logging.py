@@ -14,7 +14,7 @@ from typing import Any, TextIO
 
 import structlog
 
-from scrapeflow._redact import redact
+from scrapeflow._redact import redact_value
 
 __all__ = ["configure_logging", "get_logger"]
 
@@ -23,10 +23,7 @@ def _redact_values(
     _logger: Any, _method: str, event_dict: MutableMapping[str, Any]
 ) -> MutableMapping[str, Any]:
     for key, value in event_dict.items():
-        if isinstance(value, str):
-            event_dict[key] = redact(value)
-        elif isinstance(value, BaseException):
-            event_dict[key] = redact(f"{type(value).__name__}: {value}")
+        event_dict[key] = redact_value(value)
     return event_dict
 
 

@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING, Any, NamedTuple, TypeAlias
 import aiohttp
 
 from scrapeflow._redact import redact
+from scrapeflow.errors import ConfigError
 from scrapeflow.status import ERROR_PREFIX, SKIPPED, SUCCESS, StatusData
 
 if TYPE_CHECKING:
@@ -140,7 +141,12 @@ def taskify(fn: Callable[..., Awaitable[Any]]) -> Executor:
     A body may also return the raw ``(status, ok)`` pair of the :data:`Executor` protocol
     (the status it was given, and a bool); it then manages its own fields.
     """
-    name = fn.__name__
+    name = getattr(fn, "__name__", None)
+    if not isinstance(name, str) or not name.isidentifier():
+        raise ConfigError(
+            f"executor {fn!r} has no usable name (the status fields are named after it): "
+            "wrap it in a named async function"
+        )
     takes_key = _takes_key(fn)
 
     status_field = f"{name}_status"
@@ -157,33 +163,24 @@ def taskify(fn: Callable[..., Awaitable[Any]]) -> Executor:
             status[status_field] = SKIPPED
             return status, True
         clock = task_clock.get()
+        # Only a worker's outermost executor is watched by the run's deadline watchdog; an
+        # executor called from another one, or in a child task, runs inside that one.
+        owner = clock is not None and not clock.in_executor and asyncio.current_task() is clock.task
+
+        def call() -> Awaitable[Any]:
+            return fn(context, status["name"], status) if takes_key else fn(context, status)
+
         try:
             if clock is None:
                 async with asyncio.timeout(context.timeout_seconds):
-                    output = await (
-                        fn(context, status["name"], status) if takes_key else fn(context, status)
-                    )
+                    output = await call()
+            elif owner:
+                output = await _watched(clock, call)
             else:
-                if clock.deadline <= asyncio.get_running_loop().time():
-                    raise TimeoutError
-                clock.in_executor = True
-                try:
-                    output = await (
-                        fn(context, status["name"], status) if takes_key else fn(context, status)
-                    )
-                finally:
-                    clock.in_executor = False
+                output = await call()
         except EXPECTED_ERRORS as exc:
-            if isinstance(exc, asyncio.CancelledError):
-                if clock is not None and clock.expired:
-                    # The run's watchdog cancelled us at the task's deadline: a timeout.
-                    clock.expired = False
-                    if clock.task is not None:
-                        clock.task.uncancel()
-                    record(status, {}, error_text(TimeoutError()))
-                    return status, False
-                if _cancelled_from_outside():
-                    raise
+            if isinstance(exc, asyncio.CancelledError) and _cancelled_from_outside():
+                raise
             record(status, {}, error_text(exc))
             return status, False
         except Exception as exc:
@@ -203,6 +200,32 @@ def taskify(fn: Callable[..., Awaitable[Any]]) -> Executor:
     return executor
 
 
+async def _watched(clock: TaskClock, call: Callable[[], Awaitable[Any]]) -> Any:
+    """Run the body under the worker's clock; a cancel by the watchdog becomes TimeoutError.
+
+    Whatever the body did with the watchdog's cancel (let it through, swallowed it, turned it
+    into another error), the expiry is settled here, so nothing leaks into the worker's next
+    task; a cancel from outside (Ctrl-C) that came too still propagates.
+    """
+    if clock.deadline <= asyncio.get_running_loop().time():
+        raise TimeoutError
+    clock.in_executor = True
+    try:
+        return await call()
+    except asyncio.CancelledError:
+        if not clock.expired:
+            raise
+    finally:
+        clock.in_executor = False
+        if clock.expired:
+            clock.expired = False
+            if clock.task is not None:
+                clock.task.uncancel()
+                if clock.task.cancelling() > 0:
+                    raise asyncio.CancelledError
+            raise TimeoutError
+
+
 def _cancelled_from_outside() -> bool:
     """True when the run itself is being cancelled (Ctrl-C), not just this executor's call."""
     task = asyncio.current_task()
@@ -215,6 +238,9 @@ def as_executor(candidate: Callable[..., Awaitable[Any]]) -> Executor:
         raise TypeError(f"an executor must be an async function, got {candidate!r}")
     if hasattr(candidate, _EXECUTOR_NAME):
         return candidate
-    if not inspect.iscoroutinefunction(candidate):
+    if not (
+        inspect.iscoroutinefunction(candidate)
+        or inspect.iscoroutinefunction(type(candidate).__call__)  # an object's async __call__
+    ):
         raise TypeError(f"executor {executor_name(candidate)!r} must be an async function")
     return taskify(candidate)

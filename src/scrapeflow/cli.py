@@ -1,35 +1,52 @@
 """The ``scrapeflow`` command.
 
 Exit codes: 0 every task succeeded; 1 some tasks failed (recorded in their status files);
-2 bad input (nothing stored was touched); 130 interrupted (run the same command to resume).
+2 bad input (nothing stored was touched); 3 an unexpected error (finished tasks are saved);
+130 interrupted (run the same command to resume).
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import enum
 import json
 import os
+import resource
 import sys
 from pathlib import Path
 from typing import Annotated, NoReturn
 
 import typer
 from rich.console import Console
+from rich.markup import escape
+from rich.text import Text
 
 from scrapeflow._console import http_table, run_async, scrape_with_display, summary_table
 from scrapeflow._jsonfile import atomic_write_bytes
 from scrapeflow._logging import configure_logging
-from scrapeflow.errors import InputError, ScrapeflowError, StatusError
+from scrapeflow._redact import redact
+from scrapeflow.errors import InputError, ScrapeflowError, StatusError, TaskConflict
+from scrapeflow.executor import ALL
 from scrapeflow.http import HostPolicy, HttpConfig, RetryPolicy
-from scrapeflow.proxies import ProxyProviderFromList
-from scrapeflow.status import JsonDirStore, summarize
+from scrapeflow.proxies import ProxyProviderFromList, validate_proxy_url
+from scrapeflow.status import JsonDirStore, load_status_file, summarize
 from scrapeflow.urllist import UrlList
 
 __all__ = ["app", "main"]
 
 EXIT_FAILED_TASKS = 1
 EXIT_BAD_INPUT = 2
+EXIT_UNEXPECTED = 3
 EXIT_INTERRUPTED = 130
+
+
+class LogLevel(enum.StrEnum):
+    DEBUG = "DEBUG"
+    INFO = "INFO"
+    WARNING = "WARNING"
+    ERROR = "ERROR"
+
 
 app = typer.Typer(
     name="scrapeflow",
@@ -44,20 +61,21 @@ err = Console(stderr=True)
 
 def _fail(message: str, code: int = EXIT_BAD_INPUT) -> NoReturn:
     """Print a one-line error and exit with ``code``."""
-    err.print(f"[bold red]error:[/] {message}", highlight=False, soft_wrap=True)
+    # Text, not markup: file names and messages may hold "[...]".
+    err.print(Text.assemble(("error: ", "bold red"), message), highlight=False, soft_wrap=True)
     raise typer.Exit(code)
 
 
 @app.callback()
 def _options(
     log_level: Annotated[
-        str, typer.Option(help="Log level for scrapeflow's structured logs (stderr).")
-    ] = "WARNING",
+        LogLevel, typer.Option(help="Log level for scrapeflow's structured logs (stderr).")
+    ] = LogLevel.WARNING,
     log_json: Annotated[
         bool | None, typer.Option("--log-json/--log-pretty", help="Log format (default: auto).")
     ] = None,
 ) -> None:
-    configure_logging(log_level, json=log_json)
+    configure_logging(log_level.value, json=log_json)
 
 
 @app.command("run")
@@ -95,7 +113,7 @@ def _run_command(
     try:
         urls = UrlList.open(urls_file)
         provider = ProxyProviderFromList(_read_proxy_file(proxies)) if proxies else None
-        _check_task_set(dir, urls)
+        _check_task_set(dir, urls, force)
         http = HttpConfig(
             max_connections=parallelism,
             timeout=timeout,
@@ -130,7 +148,7 @@ def _run_command(
     out.print(progress.summary())
     if progress.http_stats is not None:
         out.print(http_table(progress.http_stats))
-    out.print(f"status files in {dir}")
+    out.print(Text(f"status files in {dir}"))
     raise typer.Exit(EXIT_FAILED_TASKS if progress.failed else 0)
 
 
@@ -139,19 +157,47 @@ def _read_proxy_file(path: Path) -> list[str]:
         lines = path.read_text(encoding="utf-8").splitlines()
     except OSError as exc:
         raise InputError(f"{path}: cannot read the proxy list ({exc.strerror})") from None
-    proxies = [line.strip() for line in lines if line.strip() and not line.startswith("#")]
+    proxies = []
+    for lineno, line in enumerate(lines, start=1):
+        text = line.strip()
+        if not text or text.startswith("#"):
+            continue
+        try:
+            proxies.append(validate_proxy_url(text))
+        except InputError as exc:
+            raise InputError(f"{path}:{lineno}: {exc}") from None
     if not proxies:
         raise InputError(f"{path}: no proxy in the file")
     return proxies
 
 
-def _check_task_set(directory: Path, urls: UrlList) -> None:
-    """Refuse a directory whose status files belong to another URL list (before writing)."""
+def _check_task_set(directory: Path, urls: UrlList, force: list[str] | None) -> None:
+    """Everything that would stop the run halfway, found before anything is written: a
+    directory that cannot hold statuses, status files of another URL list or that do not
+    parse, an unknown --force name."""
+    unknown = [name for name in force or [] if name not in ("scrape", ALL)]
+    if unknown:
+        raise InputError(
+            f"--force names no executor of this run: {', '.join(unknown)} (scrape, all)"
+        )
     if directory.exists() and not directory.is_dir():
         raise StatusError(f"{directory} exists and is not a directory")
     store = JsonDirStore(directory)
+    asyncio.run(store.prepare())
     existing = set(store.keys())
-    if existing and existing.isdisjoint(urls.keys()):
+    if not existing:
+        return
+    shared = 0
+    for key, params in urls.tasks():
+        if key not in existing:
+            continue
+        shared += 1
+        status = load_status_file(store.path(key))  # StatusCorrupt names the file
+        if status is not None and status.get("params") != params:
+            raise TaskConflict(
+                f"{store.path(key)} is for other params than {params['url']!r}; use another --dir"
+            )
+    if not shared:
         raise StatusError(
             f"{directory} holds {len(existing):,} status files of a different task set "
             "(none is for a URL of this list); use another --dir"
@@ -166,16 +212,24 @@ def _status_command(
     """Per executor, how many tasks have each status."""
     if not dir.is_dir():
         _fail(f"{dir}: no such directory")
+    skipped: list[Path] = []
     try:
-        summary = summarize(dir)
+        summary = summarize(dir, on_skip=lambda path, problem: skipped.append(path))
     except ScrapeflowError as exc:
         _fail(str(exc))
+    if skipped:
+        err.print(
+            Text(
+                f"note: skipped {len(skipped):,} file(s) that are not scrapeflow statuses "
+                f"(first: {skipped[0].name})"
+            )
+        )
     if not summary:
         _fail(f"{dir}: no status files")
     if as_json:
         out.print_json(json.dumps({name: dict(c) for name, c in summary.items()}))
     else:
-        out.print(summary_table(summary, title=f"status of {dir}"))
+        out.print(summary_table(summary, title=escape(f"status of {dir}")))
 
 
 @app.command("demo")
@@ -273,7 +327,29 @@ def _parse_range(text: str) -> tuple[float, float]:
 
 def main() -> None:
     """Console-script entry point."""
+    _raise_open_files_limit()
     try:
         app()
     except BrokenPipeError:  # `scrapeflow status DIR | head`
         sys.exit(0)
+    except ScrapeflowError as exc:
+        err.print(Text.assemble(("error: ", "bold red"), str(exc)), highlight=False)
+        sys.exit(EXIT_BAD_INPUT)
+    except Exception as exc:  # a bug or the machine: one line, its own code, not a traceback
+        err.print(
+            Text.assemble(
+                ("error: ", "bold red"),
+                f"unexpected {type(exc).__name__}: {redact(str(exc))} "
+                "(finished tasks are saved; --log-level DEBUG tells more)",
+            ),
+            highlight=False,
+        )
+        sys.exit(EXIT_UNEXPECTED)
+
+
+def _raise_open_files_limit() -> None:
+    """Let --parallelism go past the default 1,024 open files: lift the soft limit to the hard."""
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    if soft != hard:
+        with contextlib.suppress(ValueError, OSError):
+            resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))

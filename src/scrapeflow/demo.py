@@ -16,6 +16,7 @@ from xml.etree import ElementTree
 
 import aiohttp
 from rich.console import Console
+from rich.markup import escape
 from rich.table import Table
 
 from scrapeflow._console import scrape_with_display, summary_table
@@ -66,7 +67,7 @@ def run_demo(*, pages: int, directory: Path | None, out: Console, err: Console) 
             feed = [f"{sandbox.urls['feed']}/u/user{n:04d}?page=1" for n in range(_FEED_PROFILES)]
             out.print(
                 f"scraping {len(urls):,} pages from the plain site's sitemap and the first page "
-                f"of {len(feed)} feed profiles into {workdir}"
+                f"of {len(feed)} feed profiles into {escape(str(workdir))}"
             )
             tasks = [(url_key(u), {"url": u}) for u in [*urls, *feed]]
             first = scrape_with_display(

@@ -15,6 +15,7 @@ up where it was.
 from __future__ import annotations
 
 import asyncio
+import math
 import time
 from array import array
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
@@ -147,14 +148,15 @@ async def execute_async(
     and propagates unchanged.
     """
     timeout = DEFAULT_TIMEOUT if timeout is None else float(timeout)
-    if timeout <= 0:
-        raise ConfigError(f"timeout must be positive, got {timeout}")
+    if not (timeout > 0 and math.isfinite(timeout)):
+        raise ConfigError(f"timeout must be a positive number of seconds, got {timeout}")
     parallelism = DEFAULT_MAX_PARALLELISM if max_parallelism is None else max_parallelism
     if not isinstance(parallelism, int) or parallelism < 1:
         raise ConfigError(f"max_parallelism must be a positive integer, got {max_parallelism!r}")
     chain = [as_executor(e) for e in executors]
     if not chain:
         raise ConfigError("executors is empty: give at least one executor")
+    _check_names(chain)
     forced = _check_forced(force_executors, chain)
 
     store = JsonDirStore(directory) if store is None else store
@@ -204,7 +206,26 @@ async def execute_async(
     return run.succeeded()
 
 
-def _check_forced(force_executors: list[str] | None, chain: list[Executor]) -> list[str]:
+def _check_names(chain: list[Executor]) -> None:
+    """Executor names become status fields: they must not collide with each other or ``name``
+    and ``params``."""
+    names = [executor_name(e) for e in chain]
+    fields: dict[str, str] = {}
+    for name in names:
+        for field_name in (name, f"{name}_status", f"{name}_last_run"):
+            if field_name in ("name", "params") or field_name in fields:
+                other = fields.get(field_name, field_name)
+                raise ConfigError(
+                    f"executor {name!r} would overwrite the status field {field_name!r}"
+                    + (f" of executor {other!r}" if other != field_name else "")
+                    + "; give it another name"
+                )
+            fields[field_name] = name
+
+
+def _check_forced(force_executors: list[str] | str | None, chain: list[Executor]) -> list[str]:
+    if isinstance(force_executors, str):
+        force_executors = [force_executors]  # force_executors="all" means what it says
     forced = list(force_executors or [])
     names = {executor_name(e) for e in chain}
     unknown = [f for f in forced if f != ALL and f not in names]
@@ -264,6 +285,7 @@ class _Run:
         # Keys of the tasks that succeeded, and their input positions packed as machine ints:
         # about 100 bytes a task rather than 200 for a list of (index, key) tuples.
         self.succeeded_keys: list[str] = []
+        self._in_flight: dict[str, asyncio.Event | None] = {}
         self.succeeded_at = array("q")
 
     def succeeded(self) -> list[str]:
@@ -311,10 +333,21 @@ class _Run:
         loop = asyncio.get_running_loop()
         progress = self.progress
         # Tasks are pulled one at a time, so memory holds `workers` tasks, never the whole set.
+        in_flight = self._in_flight
         for index, key, params in stream:
-            status = await self._load(key, params)
-            clock.deadline = loop.time() + timeout
-            ok, ran_any = await self._run_task(key, status)
+            while key in in_flight:  # the same key twice in the input: one after the other
+                waiter = in_flight[key] or asyncio.Event()
+                in_flight[key] = waiter
+                await waiter.wait()
+            in_flight[key] = None
+            try:
+                status = await self._load(key, params)
+                clock.deadline = loop.time() + timeout
+                ok, ran_any = await self._run_task(key, status)
+            finally:
+                waiting = in_flight.pop(key)
+                if waiting is not None:
+                    waiting.set()
             progress.done += 1
             if ok:
                 self.succeeded_keys.append(key)
@@ -362,6 +395,10 @@ class _Run:
         if status is None:
             if params is None:
                 raise TaskNotFound(f"task {key!r} has no status yet: give its params")
+            try:
+                orjson.dumps(params, option=orjson.OPT_NON_STR_KEYS)
+            except TypeError as exc:
+                raise InputError(f"params of task {key!r} are not JSON: {exc}") from None
             return {"name": key, "params": params}
         if params is not None and status.get("params") != _as_stored(params):
             raise TaskConflict(

@@ -61,15 +61,19 @@ _CHECK_CONCURRENCY = 50
 
 
 def validate_proxy_url(proxy: str) -> str:
-    """Return ``proxy`` if it is a usable ``http(s)://[user:password@]host:port`` URL."""
+    """Return ``proxy`` if it is a usable ``http(s)://[user:password@]host:port`` URL.
+
+    The error never repeats the value: a malformed line may well be a password.
+    """
+    want = "want http(s)://[user:password@]host:port"
     try:
         url = yarl.URL(proxy)
-    except (TypeError, ValueError) as exc:
-        raise InputError(f"not a proxy URL: {redact(str(proxy))!r}") from exc
-    if url.scheme not in {"http", "https"} or not url.host or url.explicit_port is None:
-        raise InputError(
-            f"not a proxy URL (want http(s)://[user:password@]host:port): {redact(proxy)!r}"
-        )
+    except (TypeError, ValueError):
+        raise InputError(f"not a proxy URL ({want})") from None
+    if url.scheme not in {"http", "https"}:
+        raise InputError(f"not a proxy URL: the scheme must be http or https ({want})")
+    if not url.host or url.explicit_port is None:
+        raise InputError(f"not a proxy URL: it needs a host and a port ({want})")
     return proxy
 
 

@@ -20,13 +20,14 @@ from __future__ import annotations
 import os
 import re
 from collections import Counter
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 
 import orjson
 
 from scrapeflow._jsonfile import atomic_write_bytes, sweep_stale_temp_files
+from scrapeflow._logging import get_logger
 from scrapeflow.errors import InputError, MissingExtra, StatusCorrupt, StatusError
 
 if TYPE_CHECKING:
@@ -62,6 +63,7 @@ SKIPPED = "SKIPPED"
 ERROR_PREFIX = "ERROR "
 STATUS_SUFFIX = ".status.json"
 
+_log = get_logger(__name__)
 _RESERVED_KEYS = {"name", "params"}
 _DUMP_OPTIONS = orjson.OPT_INDENT_2 | orjson.OPT_NON_STR_KEYS | orjson.OPT_APPEND_NEWLINE
 _KEY_FORBIDDEN = re.compile(r"[/\\\x00]")
@@ -77,11 +79,11 @@ def check_key(key: object) -> str:
         or key in {".", ".."}
         or key.startswith(".")
         or _KEY_FORBIDDEN.search(key)
-        or len(key) > _MAX_KEY_LENGTH
+        or len(key.encode()) > _MAX_KEY_LENGTH
     ):
         raise InputError(
             f"task key {key!r} cannot be a file name "
-            f"(non-empty, no '/', no leading '.', at most {_MAX_KEY_LENGTH} characters)"
+            f"(non-empty, no '/', no leading '.', at most {_MAX_KEY_LENGTH} bytes in UTF-8)"
         )
     return key
 
@@ -183,16 +185,36 @@ def load_status_file(path: str | Path) -> StatusData | None:
     return status
 
 
-def iter_statuses(directory: Path | str) -> Iterator[StatusData]:
-    """Every status in ``directory``, one at a time (memory stays flat for huge runs)."""
+SkipCallback = Callable[[Path, StatusError], None]
+
+
+def iter_statuses(
+    directory: Path | str, *, on_skip: SkipCallback | None = None
+) -> Iterator[StatusData]:
+    """Every status in ``directory``, one at a time (memory stays flat for huge runs).
+
+    A ``*.status.json`` that is not a scrapeflow status raises :class:`StatusCorrupt`, or,
+    with ``on_skip``, is reported to it and skipped.
+    """
     directory = Path(directory)
     if not directory.is_dir():
         raise StatusError(f"{directory} is not a directory")
     store = JsonDirStore(directory)
     for key in store.keys():  # noqa: SIM118 - a store, not a dict
-        status = load_status_file(store.path(key))
+        path = store.path(key)
+        try:
+            status = load_status_file(path)
+        except (StatusCorrupt, OSError) as exc:
+            if on_skip is None:
+                raise
+            on_skip(path, exc if isinstance(exc, StatusError) else StatusError(str(exc)))
+            continue
         if status is not None:  # removed between listing and reading
             yield status
+
+
+def _warn_skipped(path: Path, problem: StatusError) -> None:
+    _log.warning("status.skipped", file=str(path), problem=str(problem))
 
 
 def executor_names(status: StatusData) -> list[str]:
@@ -204,14 +226,16 @@ def executor_names(status: StatusData) -> list[str]:
     ]
 
 
-def summarize(directory: Path | str) -> dict[str, Counter[str]]:
+def summarize(
+    directory: Path | str, *, on_skip: SkipCallback | None = None
+) -> dict[str, Counter[str]]:
     """Per executor, how many tasks ended with each status message. No pandas needed.
 
     >>> summarize("/tmp/run")  # doctest: +SKIP
     {'scrape': Counter({'SUCCESS': 980, 'ERROR HTTPStatusError::HTTP response 404': 20})}
     """
     summary: dict[str, Counter[str]] = {}
-    for status in iter_statuses(directory):
+    for status in iter_statuses(directory, on_skip=on_skip):
         for name in executor_names(status):
             summary.setdefault(name, Counter())[str(status[f"{name}_status"])] += 1
     return summary
@@ -226,9 +250,13 @@ def _pandas() -> Any:
 
 
 def read_status(directory: Path) -> pd.DataFrame:
-    """All status files in ``directory`` as a DataFrame: one row per task, indexed by name."""
+    """All status files in ``directory`` as a DataFrame: one row per task, indexed by name.
+
+    Files that are not scrapeflow statuses are skipped, each with a logged warning.
+    """
     pandas = _pandas()
-    frame: pd.DataFrame = pandas.DataFrame.from_records(list(iter_statuses(directory)))
+    statuses = list(iter_statuses(directory, on_skip=_warn_skipped))
+    frame: pd.DataFrame = pandas.DataFrame.from_records(statuses)
     if not frame.empty:
         frame = frame.set_index("name", drop=False).sort_index()
     return frame
@@ -237,7 +265,7 @@ def read_status(directory: Path) -> pd.DataFrame:
 def status_summary(directory: Path) -> pd.DataFrame:
     """Per executor (columns), the histogram of status messages (rows) in ``directory``."""
     pandas = _pandas()
-    summary = summarize(directory)
+    summary = summarize(directory, on_skip=_warn_skipped)
     frame: pd.DataFrame = pandas.DataFrame(
         {name: pandas.Series(counts) for name, counts in summary.items()}
     )

@@ -31,6 +31,8 @@ from aiohttp.typedefs import Handler
 __all__ = ["PlainSite", "SiteConfig"]
 
 SITEMAP_CHUNK = 10_000
+_MAX_BYTES = 64 * 1024 * 1024
+_MAX_DELAY_MS = 600_000
 _WORDS = (
     "river stone market lantern harbor meadow signal copper orchard velvet canyon ember glacier "
     "atlas beacon cedar delta falcon garnet horizon island juniper kettle lumen mosaic nectar "
@@ -148,6 +150,8 @@ class PlainSite:
 
     async def _status(self, request: web.Request) -> web.Response:
         code = int(request.match_info["code"])
+        if not 200 <= code <= 599:
+            raise web.HTTPBadRequest(text="status codes from 200 to 599")
         return web.Response(status=code, text=f"status {code}")
 
     async def _echo(self, request: web.Request) -> web.Response:
@@ -169,11 +173,15 @@ class PlainSite:
 
     async def _delay(self, request: web.Request) -> web.Response:
         ms = int(request.match_info["ms"])
+        if ms > _MAX_DELAY_MS:
+            raise web.HTTPBadRequest(text=f"at most {_MAX_DELAY_MS} ms")
         await asyncio.sleep(ms / 1000)
         return web.Response(text=f"waited {ms} ms")
 
     async def _bytes(self, request: web.Request) -> web.Response:
         n = int(request.match_info["n"])
+        if n > _MAX_BYTES:
+            raise web.HTTPBadRequest(text=f"at most {_MAX_BYTES} bytes")
         block = hashlib.sha512(str(self.config.seed).encode()).digest()
         return web.Response(body=(block * (n // len(block) + 1))[:n])
 

@@ -60,7 +60,8 @@ def run_in_thread(make: Callable[[], AbstractAsyncContextManager[T]]) -> Iterato
 
     thread = threading.Thread(target=loop.run_until_complete, args=(main(),), daemon=True)
     thread.start()
-    ready.wait()
+    if not ready.wait(timeout=60):
+        raise RuntimeError("the sandbox servers did not start within 60 s")
     try:
         if failure:
             raise failure[0]
@@ -68,7 +69,8 @@ def run_in_thread(make: Callable[[], AbstractAsyncContextManager[T]]) -> Iterato
     finally:
         loop.call_soon_threadsafe(stop.set)
         thread.join(timeout=10)
-        loop.close()
+        if not thread.is_alive():  # a loop still running cannot be closed; leave it to exit
+            loop.close()
 
 
 @contextlib.contextmanager
