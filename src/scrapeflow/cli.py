@@ -41,7 +41,7 @@ EXIT_UNEXPECTED = 3
 EXIT_INTERRUPTED = 130
 
 
-class LogLevel(enum.StrEnum):
+class _LogLevel(enum.StrEnum):
     DEBUG = "DEBUG"
     INFO = "INFO"
     WARNING = "WARNING"
@@ -69,8 +69,8 @@ def _fail(message: str, code: int = EXIT_BAD_INPUT) -> NoReturn:
 @app.callback()
 def _options(
     log_level: Annotated[
-        LogLevel, typer.Option(help="Log level for scrapeflow's structured logs (stderr).")
-    ] = LogLevel.WARNING,
+        _LogLevel, typer.Option(help="Log level for scrapeflow's structured logs (stderr).")
+    ] = _LogLevel.WARNING,
     log_json: Annotated[
         bool | None, typer.Option("--log-json/--log-pretty", help="Log format (default: auto).")
     ] = None,

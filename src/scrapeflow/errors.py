@@ -25,6 +25,10 @@ The tree::
     │   ├── ProxiesNotLoaded                get_one_proxy() before load()
     │   └── ProxyListUnavailable            a provider's list could not be fetched
     ├── JsError                             JavaScript run by scrapeflow.js failed (code, not input)
+    ├── StorageError                        the blob store cannot be used as asked
+    │   ├── StoreUnavailable                no such bucket, access denied, endpoint down
+    │   ├── ObjectNotFound (KeyError)       nothing stored under that name (content, fetch log)
+    │   └── StorageCorrupt                  a stored object is not what it should be (bad log line)
     └── MissingExtra (ImportError)          an optional dependency is not installed
 
 ``ScrapeError`` also derives from :class:`RuntimeError` because the seed's contract is that an
@@ -46,6 +50,7 @@ __all__ = [
     "MissingExtra",
     "MissingSetting",
     "NoProxyAvailable",
+    "ObjectNotFound",
     "ProxiesNotLoaded",
     "ProxyError",
     "ProxyListUnavailable",
@@ -55,6 +60,9 @@ __all__ = [
     "SessionError",
     "StatusCorrupt",
     "StatusError",
+    "StorageCorrupt",
+    "StorageError",
+    "StoreUnavailable",
     "TaskConflict",
     "TaskNotFound",
     "ValidationFailed",
@@ -168,6 +176,25 @@ class ProxyListUnavailable(ProxyError):
 
 class JsError(ScrapeflowError):
     """JavaScript run through ``scrapeflow.js`` threw, or did not load."""
+
+
+class StorageError(ScrapeflowError):
+    """The blob store (``scrapeflow.storage``) cannot be used as asked. Never names credentials."""
+
+
+class StoreUnavailable(StorageError):
+    """The store cannot be reached or used (no such bucket, access denied, endpoint down)."""
+
+
+class ObjectNotFound(StorageError, KeyError):
+    """No object is stored under that name (a content checksum, a fetch log)."""
+
+    def __str__(self) -> str:  # KeyError would quote the whole message
+        return str(self.args[0]) if self.args else ""
+
+
+class StorageCorrupt(StorageError):
+    """A stored object exists but is not what it should be (a fetch log line that is not JSON)."""
 
 
 class MissingExtra(ScrapeflowError, ImportError):

@@ -1,0 +1,224 @@
+"""Indexes: one line per fetch under a key, and the registry that names them (gofetch's
+"adding new indexes": implement :class:`Index`, register a factory, document it).
+
+Shipped:
+
+* ``sha384_checksum`` (canonical, always on): key = content checksum, line =
+  ``{content_location}\\t{requested_link}\\t{final_link}\\t{fetch_start_datetime}\\t``
+  ``{fetch_duration_ns}\\t{parser_name}``;
+* ``url_sha384``: key = SHA-384 of the requested URL, line =
+  ``{fetch_start_datetime}\\t{checksum}\\t{content_location}\\t{final_link}\\t{parser_name}``.
+
+Both live at ``{root}/{program}/index/{name}/{key}`` and store their lines through the backend's
+line sets, which never lose a line (see :mod:`scrapeflow.storage`).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable
+
+from scrapeflow.errors import ConfigError, InputError
+from scrapeflow.storage._store import BlobStore
+from scrapeflow.storage._types import (
+    Index,
+    IndexEntry,
+    check_name,
+    iso_utc,
+    sha384_hex,
+    unique_lines,
+)
+
+__all__ = [
+    "CANONICAL_INDEX",
+    "ChecksumIndex",
+    "IndexFactory",
+    "IndexRegistry",
+    "LineIndex",
+    "UrlIndex",
+    "index_names",
+    "make_indexes",
+    "register_index",
+]
+
+CANONICAL_INDEX = "sha384_checksum"
+
+IndexFactory = Callable[[BlobStore], Index]
+
+
+class LineIndex:
+    """Base of indexes that add one tab-separated line per fetch under a key derived from it.
+
+    A subclass sets ``name`` and implements :meth:`key_of` and :meth:`line_of`; storage,
+    concurrency and compaction come from here::
+
+        class ByHost(LineIndex):
+            name = "host"
+
+            def key_of(self, entry):
+                return yarl.URL(entry.requested_link).host
+
+            def line_of(self, entry):
+                return entry.fields(entry.checksum, entry.requested_link)
+
+        register_index("host", ByHost)
+    """
+
+    name: str = ""
+
+    def __init__(self, store: BlobStore) -> None:
+        check_name("index name", self.name)
+        self.store = store
+
+    def __repr__(self) -> str:
+        return f"{type(self).__name__}({self.store!r})"
+
+    def key_of(self, entry: IndexEntry) -> str:
+        """The key ``entry`` is recorded under."""
+        raise NotImplementedError
+
+    def line_of(self, entry: IndexEntry) -> str:
+        """The line recorded for ``entry`` (no newline; build it with ``entry.fields``)."""
+        raise NotImplementedError
+
+    def location(self, key: str) -> str:
+        """Where ``key``'s base object is (S3 line objects are under ``{location}.d/``)."""
+        return self.store._backend.location(self._key(key))
+
+    async def add(self, entry: IndexEntry) -> None:
+        """Record one line for ``entry``. Concurrent writers, anywhere, never lose a line."""
+        if entry.fetch_duration_ns < 0:
+            raise InputError(f"fetch duration of {entry.requested_link!r} is negative")
+        key = self._key(self.key_of(entry))
+        line = (self.line_of(entry) + "\n").encode()
+        await self.store._backend.add_line(key, line, check_name("fetch id", entry.fetch_id))
+
+    async def lines(self, key: str) -> list[str]:
+        """Every line under ``key``, each distinct line once, oldest first where known."""
+        raw = await self.store._backend.read_lines(self._key(key))
+        return [line.decode(errors="replace") for line in unique_lines(raw)]
+
+    async def compact(self, key: str) -> int:
+        """Fold ``key``'s S3 line objects into its base object; how many were folded (0 on
+        local disk, where lines are appended in place). Safe alongside writers and other
+        compactions."""
+        return await self.store._backend.compact_lines(self._key(key))
+
+    def _key(self, key: str) -> str:
+        return self.store.key("index", self.name, check_name(f"{self.name} index key", key))
+
+
+class ChecksumIndex(LineIndex):
+    """The canonical index (gofetch's): by content checksum, one line per fetch of it."""
+
+    name = CANONICAL_INDEX
+
+    def key_of(self, entry: IndexEntry) -> str:
+        return entry.checksum
+
+    def line_of(self, entry: IndexEntry) -> str:
+        return entry.fields(
+            entry.content_location,
+            entry.requested_link,
+            entry.final_link,
+            iso_utc(entry.fetch_started),
+            str(entry.fetch_duration_ns),
+            entry.parser_name,
+        )
+
+
+class UrlIndex(LineIndex):
+    """By requested URL (key: its SHA-384): what each fetch of a URL returned."""
+
+    name = "url_sha384"
+
+    @staticmethod
+    def key_for(url: str) -> str:
+        """The key of ``url`` in this index."""
+        return sha384_hex(url)
+
+    def key_of(self, entry: IndexEntry) -> str:
+        return self.key_for(entry.requested_link)
+
+    def line_of(self, entry: IndexEntry) -> str:
+        return entry.fields(
+            iso_utc(entry.fetch_started),
+            entry.checksum,
+            entry.content_location,
+            entry.final_link,
+            entry.parser_name,
+        )
+
+
+class IndexRegistry:
+    """Index names and the factories that build them for a store.
+
+    The module-level :func:`register_index`, :func:`index_names` and :func:`make_indexes` use
+    one shared registry; build your own (``IndexRegistry()``) to keep a test or a plugin apart.
+    """
+
+    def __init__(self) -> None:
+        self._factories: dict[str, IndexFactory] = {
+            ChecksumIndex.name: ChecksumIndex,
+            UrlIndex.name: UrlIndex,
+        }
+
+    def register(self, name: str, factory: IndexFactory, *, replace: bool = False) -> None:
+        """Make ``name`` available to :meth:`make`. An existing name needs ``replace=True``;
+        the canonical index cannot be replaced."""
+        check_name("index name", name)
+        if name == CANONICAL_INDEX:
+            raise ConfigError(f"index {name!r} is the canonical index and cannot be replaced")
+        if name in self._factories and not replace:
+            raise ConfigError(f"index {name!r} is already registered (pass replace=True)")
+        self._factories[name] = factory
+
+    def unregister(self, name: str) -> None:
+        """Forget ``name`` (not the canonical index)."""
+        if name == CANONICAL_INDEX:
+            raise ConfigError(f"index {name!r} is the canonical index and cannot be removed")
+        self._factories.pop(name, None)
+
+    def names(self) -> list[str]:
+        """Registered index names, sorted."""
+        return sorted(self._factories)
+
+    def make(self, names: Iterable[str], store: BlobStore) -> list[Index]:
+        """The indexes called ``names`` for ``store``: the canonical one first, always, then
+        the others in the order given, each once. An unknown name is a :class:`ConfigError`."""
+        wanted = [CANONICAL_INDEX, *names]
+        unknown = [n for n in wanted if n not in self._factories]
+        if unknown:
+            raise ConfigError(
+                f"unknown index {unknown[0]!r}; registered: {', '.join(self.names())}"
+            )
+        indexes: list[Index] = []
+        for name in dict.fromkeys(wanted):
+            index = self._factories[name](store)
+            if not isinstance(index, Index) or index.name != name:
+                raise ConfigError(
+                    f"the factory registered as {name!r} built {index!r}, not an Index named "
+                    f"{name!r}"
+                )
+            indexes.append(index)
+        return indexes
+
+
+_REGISTRY = IndexRegistry()
+
+
+def register_index(name: str, factory: IndexFactory, *, replace: bool = False) -> None:
+    """Register an index factory (``factory(store) -> Index``) under ``name``, shared."""
+    _REGISTRY.register(name, factory, replace=replace)
+
+
+def index_names() -> list[str]:
+    """The names :func:`make_indexes` accepts (shared registry), sorted."""
+    return _REGISTRY.names()
+
+
+def make_indexes(
+    names: Iterable[str], store: BlobStore, *, registry: IndexRegistry | None = None
+) -> list[Index]:
+    """The indexes called ``names`` for ``store``, the canonical ``sha384_checksum`` first
+    (it cannot be disabled). ``registry`` defaults to the shared one."""
+    return (registry or _REGISTRY).make(names, store)
