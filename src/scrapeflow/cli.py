@@ -14,12 +14,15 @@ import json
 import os
 import resource
 import sys
+import time
 from pathlib import Path
 from typing import Annotated, NoReturn
 
 import typer
 from rich.console import Console
 from rich.markup import escape
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+from rich.table import Table
 from rich.text import Text
 
 from scrapeflow._console import http_table, run_async, scrape_with_display, summary_table
@@ -202,6 +205,95 @@ def _check_task_set(directory: Path, urls: UrlList, force: list[str] | None) -> 
             f"{directory} holds {len(existing):,} status files of a different task set "
             "(none is for a URL of this list); use another --dir"
         )
+
+
+@app.command("fetch")
+def _fetch_command(
+    urls_file: Annotated[Path, typer.Argument(help="URLs: a line each, or TSV/JSONL rows.")],
+    store: Annotated[
+        str | None, typer.Option(help="Directory or s3://bucket/prefix (default: the bucket).")
+    ] = None,
+    program: Annotated[str | None, typer.Option(help="Program name in the layout.")] = None,
+    fetch_id: Annotated[str | None, typer.Option(help="This fetch's id (FETCH_ID).")] = None,
+    offset: Annotated[int | None, typer.Option(help="First item (FETCH_OFFSET).")] = None,
+    limit: Annotated[int | None, typer.Option(help="Items to fetch (FETCH_LIMIT).")] = None,
+    cpus: Annotated[int | None, typer.Option(help="Processes (MAX_CPUS).")] = None,
+    concurrency: Annotated[
+        int | None, typer.Option(help="Fetches in flight per process (CONCURRENT_FETCHES).")
+    ] = None,
+    writers: Annotated[
+        int | None, typer.Option(help="Store writers per process (CONCURRENT_S3WRITERS).")
+    ] = None,
+    config: Annotated[
+        Path | None, typer.Option(help="TOML settings file (AWS_CONFIG_FILE).")
+    ] = None,
+    warc: Annotated[bool, typer.Option(help="Also write WARC records.")] = False,
+    redis_url: Annotated[str | None, typer.Option(help="Push stored items (REDIS_URL).")] = None,
+) -> None:
+    """Fetch a URL list into a content-addressed store (gofetch): bodies by SHA-384, indexes,
+    a fetch log; the same fetch id again resumes. Settings also come from gofetch's variables."""
+    from scrapeflow.fetch import OUTCOMES, FetchSettings, read_items, run_fetch
+
+    flags = {
+        "store": store,
+        "program": program,
+        "fetch_id": fetch_id,
+        "offset": offset,
+        "limit": limit,
+        "max_cpus": cpus,
+        "concurrent_fetches": concurrency,
+        "concurrent_writers": writers,
+        "config": config,
+        "warc": warc or None,
+        "redis_url": redis_url,
+    }
+    try:
+        settings = FetchSettings.resolve(flags)
+        items = read_items(urls_file, offset=settings.offset, limit=settings.limit)
+    except ScrapeflowError as exc:
+        _fail(str(exc))
+    configure_logging(settings.log_level)
+    err.print(Text(f"fetch id {settings.fetch_id}: {len(items):,} URLs into {settings.store}"))
+    started = time.monotonic()
+    progress = Progress(
+        TextColumn("[bold]fetch"),
+        BarColumn(),
+        MofNCompleteColumn(),
+        TimeElapsedColumn(),
+        TextColumn("{task.fields[detail]}"),
+        console=err,
+    )
+    task = progress.add_task("fetch", total=len(items), detail="")
+
+    def show(counts: dict[str, int]) -> None:
+        done = sum(counts.values())
+        detail = "  ".join(f"{name} {counts[name]:,}" for name in OUTCOMES)
+        progress.update(task, completed=done, detail=detail)
+
+    try:
+        with progress:
+            report = run_fetch(settings, items, on_counts=show)
+    except KeyboardInterrupt:
+        err.print("[yellow]interrupted:[/] stored items are logged; the same --fetch-id resumes")
+        raise typer.Exit(EXIT_INTERRUPTED) from None
+    except ScrapeflowError as exc:
+        _fail(str(exc))
+    seconds = time.monotonic() - started
+    table = Table(title=f"fetch {settings.fetch_id}", show_header=False)
+    for name, value in (
+        ("URLs", report.items),
+        ("stored (new content)", report.stored),
+        ("stored before (same content)", report.duplicates),
+        ("done in an earlier run", report.skipped),
+        ("failed", report.failed),
+        ("MB fetched", round(report.bytes / 1e6, 1)),
+        ("pages/s", round((report.stored + report.duplicates + report.failed) / seconds)),
+    ):
+        table.add_row(name, f"{value:,}")
+    for kind, count in sorted(report.errors.items()):
+        table.add_row(Text(f"  {kind}"), f"{count:,}")
+    out.print(table)
+    raise typer.Exit(EXIT_FAILED_TASKS if report.failed else 0)
 
 
 @app.command("status")

@@ -1,0 +1,25 @@
+"""Bulk fetching into a content-addressed store (gofetch), on local disk or S3.
+
+>>> from scrapeflow.fetch import FetchSettings, read_items, run_fetch
+>>> settings = FetchSettings.resolve({"store": "./store", "fetch_id": "48213"})  # doctest: +SKIP
+>>> report = run_fetch(settings, read_items("urls.txt"))  # doctest: +SKIP
+
+``scrapeflow fetch`` on the command line. Bodies land unchanged at
+``{store}/{program}/sha384_content/{sha384}``, with the checksum index, the by-URL index, a
+fetch log per run, optional WARC records and an optional push to a Redis stream.
+"""
+
+from scrapeflow.fetch._input import FetchItem, read_items
+from scrapeflow.fetch._pipeline import FetchReport, fetch_items
+from scrapeflow.fetch._run import OUTCOMES, run_fetch
+from scrapeflow.fetch._settings import FetchSettings
+
+__all__ = [
+    "OUTCOMES",
+    "FetchItem",
+    "FetchReport",
+    "FetchSettings",
+    "fetch_items",
+    "read_items",
+    "run_fetch",
+]

@@ -1,0 +1,103 @@
+"""What to fetch: a URL list, one item a line, and the shard of it this fetcher takes.
+
+Three formats, told apart by the file's extension or, failing that, by each line:
+
+* plain text: one URL a line;
+* TSV (``.tsv``): ``URL <TAB> processor name <TAB> processor meta (JSON object)``, the last two
+  optional — the seed's "processor meta information" (``Pubmed_XML``, ``RSS``...);
+* JSON lines (``.jsonl``): ``{"url": ..., "processor": ..., "meta": {...}}``.
+
+Blank lines and lines starting with ``#`` are skipped and do not count. ``offset`` and
+``limit`` pick the shard by item number (0-based), like gofetch's FETCH_OFFSET/FETCH_LIMIT.
+The whole file is checked before anything is fetched; the first bad line is named.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from scrapeflow.errors import InputError
+from scrapeflow.urllist import check_url
+
+__all__ = ["FetchItem", "read_items"]
+
+
+@dataclass(frozen=True, slots=True)
+class FetchItem:
+    """One URL to fetch, its position in the list, and what processes it downstream."""
+
+    index: int
+    url: str
+    processor: str = ""
+    meta: dict[str, Any] = field(default_factory=dict)
+
+
+def read_items(path: Path | str, *, offset: int = 0, limit: int | None = None) -> list[FetchItem]:
+    """The items ``offset`` .. ``offset + limit - 1`` of the list at ``path``, checked."""
+    path = Path(path)
+    if offset < 0 or (limit is not None and limit < 1):
+        raise InputError(f"offset must be >= 0 and limit >= 1 (got {offset}, {limit})")
+    items: list[FetchItem] = []
+    index = 0
+    for lineno, line in _lines(path):
+        item = _parse(path, lineno, line, index)
+        if index >= offset and (limit is None or index < offset + limit):
+            items.append(item)
+        index += 1
+    if index == 0:
+        raise InputError(f"{path}: no URL in the file")
+    return items
+
+
+def _lines(path: Path) -> Iterator[tuple[int, str]]:
+    try:
+        handle = open(path, encoding="utf-8")  # noqa: SIM115 - closed by the with below
+    except FileNotFoundError:
+        raise InputError(f"{path}: no such file") from None
+    except IsADirectoryError:
+        raise InputError(f"{path}: is a directory, not a URL list") from None
+    except OSError as exc:
+        raise InputError(f"{path}: cannot read ({exc.strerror})") from None
+    with handle:
+        try:
+            for lineno, line in enumerate(handle, start=1):
+                text = line.rstrip("\r\n")
+                if text.strip() and not text.lstrip().startswith("#"):
+                    yield lineno, text
+        except UnicodeDecodeError as exc:
+            raise InputError(f"{path}: not UTF-8 text ({exc.reason})") from None
+
+
+def _parse(path: Path, lineno: int, line: str, index: int) -> FetchItem:
+    where = f"{path}:{lineno}"
+    if path.suffix == ".jsonl" or line.lstrip().startswith("{"):
+        try:
+            row = json.loads(line)
+        except json.JSONDecodeError as exc:
+            raise InputError(f"{where}: not a JSON object ({exc.msg})") from None
+        if not isinstance(row, dict) or not isinstance(row.get("url"), str):
+            raise InputError(f'{where}: a JSON line needs a "url" string')
+        url, processor, meta = row["url"].strip(), row.get("processor", ""), row.get("meta", {})
+    else:
+        parts = line.split("\t")
+        if len(parts) > 3:
+            raise InputError(f"{where}: a TSV line has at most 3 fields (url, processor, meta)")
+        url = parts[0].strip()
+        processor = parts[1].strip() if len(parts) > 1 else ""
+        meta_text = parts[2].strip() if len(parts) > 2 else ""
+        try:
+            meta = json.loads(meta_text) if meta_text else {}
+        except json.JSONDecodeError as exc:
+            raise InputError(f"{where}: the processor meta is not JSON ({exc.msg})") from None
+    if not isinstance(processor, str):
+        raise InputError(f"{where}: the processor name must be a string")
+    if not isinstance(meta, dict):
+        raise InputError(f"{where}: the processor meta must be a JSON object")
+    if (problem := check_url(url)) is not None:
+        shown = url if len(url) <= 80 else url[:77] + "..."
+        raise InputError(f"{where}: {problem}: {shown!r}")
+    return FetchItem(index=index, url=url, processor=processor, meta=meta)
