@@ -19,7 +19,9 @@ AWS_ACCESS_KEY_ID          —                                 S3 key (mandatory
 AWS_SECRET_ACCESS_KEY      —                                 S3 secret (mandatory for S3)
 AWS_ENDPOINT_URL           ``endpoint_url``                  an S3-compatible endpoint
 AWS_CONFIG_FILE            —                                 the TOML file to read (the seed's
-                                                             XML config, as TOML)
+                                                             XML config, as TOML); only a
+                                                             ``.toml`` path, as the AWS CLI uses
+                                                             the same name for its INI file
 =========================  ===============================  ==================================
 
 The seed's XML configuration maps to TOML as: ``<indexes>`` → ``indexes = ["url_sha384"]``
@@ -83,7 +85,7 @@ class FetchSettings:
         """Merge flags (None means "not given"), the environment and the TOML file."""
         env = dict(os.environ if environ is None else environ)
         values: dict[str, Any] = {}
-        config_file = flags.get("config") or env.get("AWS_CONFIG_FILE")
+        config_file = flags.get("config") or _our_config_file(env.get("AWS_CONFIG_FILE", ""))
         if config_file:
             values.update(_read_toml(Path(config_file)))
         for name, variable in _ENV.items():
@@ -116,6 +118,11 @@ class FetchSettings:
             raise ConfigError(f"FETCH_ID must be letters, digits, - or _, got {self.fetch_id!r}")
         if "sha384_checksum" not in self.indexes:
             object.__setattr__(self, "indexes", ("sha384_checksum", *self.indexes))
+
+
+def _our_config_file(path: str) -> str | None:
+    """AWS_CONFIG_FILE is also the AWS CLI's INI file: only a ``.toml`` one is ours."""
+    return path if path.endswith(".toml") else None
 
 
 def _typed(name: str, text: str, source: str) -> Any:
