@@ -10,11 +10,11 @@ One attempt after another, ``request``:
    IP apart), under the global cap and the proxy's own cap;
 2. sends the request through the session's proxy and reads the whole body (capped);
 3. classifies the answer: success; a ban (``ban_statuses`` or ``is_ban``) or a CAPTCHA
-   (``validate`` raised) — the session is retired and the request retried; a throttle (429,
-   503) — the host slows down and ``Retry-After`` is honoured; another retryable failure (5xx,
-   connection error, timeout) — retried with exponential backoff and jitter, and after
-   ``rotate_after`` consecutive failures the session moves to another proxy, the failing one
-   being quarantined;
+   (``validate`` raised) — the session is retired and the request retried, a banned proxy is
+   quarantined and the host (through that IP) slows down; a throttle (429, 503) — the host
+   slows down and ``Retry-After`` is honoured; another retryable failure (5xx, connection
+   error, timeout) — retried with exponential backoff and jitter, and after ``rotate_after``
+   consecutive failures the session moves to another proxy, the failing one being quarantined;
 4. returns the :class:`Response` — any final status, 404 included; the caller judges it — or
    raises a :class:`~scrapeflow.errors.FetchError` once the retries are spent.
 
@@ -35,7 +35,7 @@ from typing import Any
 
 import aiohttp
 import yarl
-from multidict import CIMultiDictProxy
+from multidict import CIMultiDict, CIMultiDictProxy
 
 from scrapeflow._logging import get_logger
 from scrapeflow._redact import redact
@@ -61,6 +61,8 @@ _log = get_logger(__name__)
 _PROXY_FAILURES = (aiohttp.ClientProxyConnectionError, aiohttp.ClientHttpProxyError)
 _THROTTLE_STATUSES = frozenset({429, 503})
 _READ_CHUNK = 256 * 1024
+_POOL_SCAN = 16  # pooled sessions compared in full up to this many
+_CREDENTIAL_HEADERS = frozenset({"authorization", "proxy-authorization", "cookie"})
 
 Validator = Callable[[bytes], None]
 BanCheck = Callable[["Response"], bool]
@@ -94,7 +96,7 @@ class Response:
 class _Outcome:
     """Why an attempt did not succeed, for the retry decision."""
 
-    __slots__ = ("error", "kind", "response", "retry_after")
+    __slots__ = ("error", "generation", "kind", "proxy", "response", "retry_after")
 
     def __init__(
         self,
@@ -108,6 +110,8 @@ class _Outcome:
         self.response = response
         self.error = error
         self.retry_after = retry_after
+        self.proxy: str | None = None  # the label of the proxy it went through
+        self.generation = 0  # of the session it was sent with
 
 
 class HttpClient:
@@ -146,6 +150,7 @@ class HttpClient:
                 quarantine=self.config.quarantine,
                 concurrency=self.config.proxy_concurrency,
                 rng=self.rng,
+                rotate_after=self.config.rotate_after,
             )
         return self
 
@@ -203,18 +208,27 @@ class HttpClient:
         return self._plain
 
     def pooled_session(self, *, country: str | None = None) -> ScrapeSession:
-        """One of a pool of sessions, in turn: one per proxy (one without proxies).
+        """One of a pool of sessions (two per proxy; one without proxies): the least busy.
 
-        For bulk work where requests need no common cookies: load spreads over the proxies.
+        For bulk work where requests need no common cookies: load spreads over the proxies by
+        the requests each session has in progress (in turn among equals), so a proxy that is
+        slow, held by a ``Retry-After`` or being rotated away from gets less, and the rest of
+        the run does not queue up behind it. Two sessions a proxy keep every proxy in use when
+        a retired session moves to another one (a CAPTCHA or a ban moves it).
         """
         pool = self._pools.get(country)
         if pool is None:
-            size = len(self.proxy_provider.all_proxies()) if self.proxy_provider else 1
+            size = 2 * len(self.proxy_provider.all_proxies()) if self.proxy_provider else 1
             pool = self._pools[country] = [
                 self.session(country=country) for _ in range(max(1, size))
             ]
         self._pool_next += 1
-        return pool[self._pool_next % len(pool)]
+        start, size = self._pool_next, len(pool)
+        if size <= _POOL_SCAN:
+            candidates = [pool[(start + i) % size] for i in range(size)]
+        else:  # the better of two picked at random: near the best, at a constant cost
+            candidates = self.rng.sample(pool, 2)
+        return min(candidates, key=lambda session: session.pending)
 
     # -- requests ---------------------------------------------------------------------------
 
@@ -242,6 +256,25 @@ class HttpClient:
         """
         method = method.upper()
         session = session or self.default_session
+        session.pending += 1
+        try:
+            return await self._request(
+                method, url, session, validate, safe, slot, retry_statuses, kwargs
+            )
+        finally:
+            session.pending -= 1
+
+    async def _request(
+        self,
+        method: str,
+        url: str,
+        session: ScrapeSession,
+        validate: Validator | None,
+        safe: bool,
+        slot: str | None,
+        retry_statuses: frozenset[int] | None,
+        kwargs: dict[str, Any],
+    ) -> Response:
         policy = self.config.retry
         retry_statuses = policy.statuses if retry_statuses is None else retry_statuses
         retryable_method = safe or method in IDEMPOTENT_METHODS
@@ -255,15 +288,15 @@ class HttpClient:
             )
             if isinstance(outcome, Response):
                 return outcome
-            host_stats = self.stats.host(host)
             if outcome.kind in ("ban", "captcha"):
                 bans += 1
-                await session.retire()
-                if bans > policy.ban_retries:
+                if session.generation == outcome.generation:
+                    # Once per burnt session, however many of its requests saw it burn.
+                    await session.retire()
+                if not retryable_method or bans > policy.ban_retries:
                     raise self._final_error(outcome, url, attempt)
-            else:
-                if not retryable_method or attempt >= policy.attempts:
-                    return self._give_up(outcome, url, attempt)
+            elif not retryable_method or attempt >= policy.attempts:
+                return self._give_up(outcome, url, attempt)
             if policy.run_budget is not None and self._retries_spent >= policy.run_budget:
                 raise RetryBudgetExhausted(
                     f"retry budget of {policy.run_budget} spent; last: {outcome.kind}",
@@ -271,7 +304,10 @@ class HttpClient:
                     attempts=attempt,
                 )
             self._retries_spent += 1
-            host_stats.retries += 1
+            self.stats.host(host).retries += 1
+            proxy_stats = self.stats.proxy(outcome.proxy)
+            if proxy_stats is not None:
+                proxy_stats.retries += 1
             await asyncio.sleep(policy.wait(attempt, self.rng, outcome.retry_after))
 
     async def _attempt(
@@ -286,25 +322,27 @@ class HttpClient:
         attempt: int,
         kwargs: dict[str, Any],
     ) -> Response | _Outcome:
-        proxy = session.proxy
-        label = proxy_label(proxy)
-        key = slot_key or (host if label is None else f"{host}@{label}")
-        host_slot = self.hosts.slot(key)
-        host_stats = self.stats.host(host)
-        proxy_stats = self.stats.proxy(label)
         if self._global is None:
             raise RuntimeError("use the HttpClient inside 'async with'")
         pool = self.proxy_pool
-        if pool is not None and proxy is None:
-            session.rotate_proxy()  # all were quarantined when it last chose: try again
-            proxy, label = session.proxy, session.proxy_label
-            if proxy is None:
+        if pool is not None and (session.proxy is None or pool.is_quarantined(session.proxy)):
+            # Its proxy was set aside (by this session's failures or another's), or none was
+            # left when it last chose: choose again; never send directly.
+            session.rotate_proxy()
+            if session.proxy is None:
                 raise NoProxyAvailable(
                     "no good proxy left: every proxy is quarantined or bad"
                     + (f" (last failure: {session.last_failure})" if session.last_failure else ""),
                     url=redact(url),
                 )
+        proxy, generation = session.proxy, session.generation
+        label = proxy_label(proxy)
+        key = slot_key or (host if label is None else f"{host}@{label}")
+        host_slot = self.hosts.slot(key)
+        host_stats = self.stats.host(host)
+        proxy_stats = self.stats.proxy(label)
         await host_slot.acquire()
+        sent_at = asyncio.get_running_loop().time()
         started = time.monotonic()
         outcome: Response | _Outcome
         try:
@@ -337,18 +375,26 @@ class HttpClient:
                 proxy_stats.ok += 1
                 proxy_stats.latencies.append(elapsed)
             return outcome
+        outcome.proxy, outcome.generation = label, generation
         self._count_failure(outcome, host_stats, proxy_stats)
         session.last_failure = _describe(outcome)
-        if outcome.kind in ("ban", "captcha", "throttle"):
-            host_slot.on_throttle(outcome.retry_after)
+        if outcome.kind in ("ban", "throttle"):
+            # Not a CAPTCHA: sites serve them at random, to a fingerprint, to a cookie; it
+            # burns the session (retired and retried), it does not say "slower". Cutting the
+            # rate on each would keep an IP at half speed on a site that shows them to 5%.
+            host_slot.on_throttle(outcome.retry_after, sent_at=sent_at)
+        if pool is not None and proxy is not None and outcome.kind != "throttle":
+            # A throttle is the site pacing this IP, not the proxy failing. A ban burns the IP.
+            seconds = pool.failed(proxy, hard=outcome.kind in ("proxy", "ban"))
+            if seconds is not None:
+                _log.info("http.proxy_quarantined", proxy=label, seconds=round(seconds, 3))
         if outcome.kind in ("proxy", "timeout", "connection", "status"):
             session.failures += 1
-            if pool is not None and proxy is not None:
-                hard = outcome.kind == "proxy"
-                if hard or session.failures >= self.config.rotate_after:
-                    seconds = pool.set_aside(proxy)
+            still_there = session.proxy == proxy and session.generation == generation
+            if pool is not None and proxy is not None and still_there:
+                quarantined = pool.is_quarantined(proxy)
+                if quarantined or session.failures >= self.config.rotate_after:
                     session.rotate_proxy()
-                    _log.info("http.proxy_quarantined", proxy=label, seconds=seconds)
         _log.debug(
             "http.attempt_failed",
             host=host,
@@ -356,7 +402,7 @@ class HttpClient:
             attempt=attempt,
             kind=outcome.kind,
             status=outcome.response.status if outcome.response else None,
-            error=None if outcome.error is None else redact(repr(outcome.error)),
+            error=None if outcome.error is None else _error_text(outcome.error),
             seconds=round(elapsed, 3),
         )
         return outcome
@@ -371,7 +417,23 @@ class HttpClient:
         kwargs: dict[str, Any],
     ) -> Response:
         started = time.monotonic()
-        async with session.http.request(method, url, proxy=proxy, **kwargs) as r:
+        http = session.checkout()
+        try:
+            return await self._exchange(http, method, url, proxy, attempt, started, kwargs)
+        finally:
+            await session.checkin(http)
+
+    async def _exchange(
+        self,
+        http: aiohttp.ClientSession,
+        method: str,
+        url: str,
+        proxy: str | None,
+        attempt: int,
+        started: float,
+        kwargs: dict[str, Any],
+    ) -> Response:
+        async with http.request(method, url, proxy=proxy, **kwargs) as r:
             limit = self.config.max_body_bytes
             if r.content_length is not None and r.content_length > limit:
                 raise FetchError(
@@ -390,7 +452,10 @@ class HttpClient:
                 chunks.append(chunk)
             if proxy is not None and (r.status == 407 or "Proxy-Authenticate" in r.headers):
                 raise aiohttp.ClientHttpProxyError(
-                    r.request_info, (), status=407, message="proxy refused the login"
+                    _without_credentials(r.request_info),
+                    (),
+                    status=407,
+                    message="proxy refused the login",
                 )
             return Response(
                 method=method,
@@ -470,6 +535,20 @@ class HttpClient:
             url=shown,
             attempts=attempts,
         )
+
+
+def _error_text(error: BaseException) -> str:
+    """An error for a log line: its type and message, credentials scrubbed. Not its ``repr``:
+    aiohttp's carries the request's headers, ``Proxy-Authorization`` among them."""
+    return redact(f"{type(error).__name__}: {error}")
+
+
+def _without_credentials(info: aiohttp.RequestInfo) -> aiohttp.RequestInfo:
+    """``info`` without the headers that carry credentials, to travel inside an error."""
+    headers = CIMultiDict(
+        (k, v) for k, v in info.headers.items() if k.lower() not in _CREDENTIAL_HEADERS
+    )
+    return aiohttp.RequestInfo(info.url, info.method, CIMultiDictProxy(headers), info.real_url)
 
 
 def _describe(outcome: _Outcome) -> str:

@@ -33,6 +33,8 @@ class RetryPolicy:
     """Fresh sessions a request may burn through bans and CAPTCHAs before it gives up."""
     run_budget: int | None = None
     """Retries allowed for the client's lifetime (None: unbounded)."""
+    retry_after_max: float = 120.0
+    """The longest ``Retry-After`` a request waits out; a longer one is cut to this."""
 
     def __post_init__(self) -> None:
         if self.attempts < 1:
@@ -44,7 +46,9 @@ class RetryPolicy:
         """Seconds to wait before retry number ``retry`` (1 for the first retry)."""
         ceiling = min(self.backoff_max, self.backoff * 2 ** (retry - 1))
         wait = rng.uniform(0, ceiling)
-        return max(wait, retry_after) if retry_after is not None else wait
+        if retry_after is None:
+            return wait
+        return max(wait, min(retry_after, self.retry_after_max))
 
 
 @dataclass(frozen=True, slots=True)
@@ -86,7 +90,8 @@ class HttpConfig:
     """Policies for particular slot keys (``"example.com:443"``), overriding ``host``."""
     retry: RetryPolicy = field(default_factory=RetryPolicy)
     rotate_after: int = 3
-    """Consecutive failures through a session's proxy before the session changes proxy."""
+    """Consecutive failures through a proxy before it is quarantined, and through a session's
+    proxy before the session changes proxy (a session also moves off a quarantined proxy)."""
     proxy_concurrency: int = 16
     """Requests in flight through one proxy at once."""
     quarantine: float = 30.0
@@ -109,7 +114,12 @@ class HttpConfig:
             raise ConfigError(f"identities must be 'browser' or 'none', got {self.identities!r}")
 
     def policy_for(self, key: str) -> HostPolicy:
-        return self.hosts.get(key, self.host)
+        """The policy of slot ``key``: ``host:port``, or ``host:port@proxy`` through a proxy
+        (each exit IP is paced apart, under the site's policy)."""
+        policy = self.hosts.get(key)
+        if policy is None:
+            policy = self.hosts.get(key.partition("@")[0], self.host)
+        return policy
 
     def replace(self, **changes: object) -> HttpConfig:
         return dataclasses.replace(self, **changes)  # type: ignore[arg-type]

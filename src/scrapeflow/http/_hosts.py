@@ -9,6 +9,7 @@ nothing learnt are freed, so a crawl over a million hosts does not keep a millio
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import random
 from collections import deque
 
@@ -31,6 +32,7 @@ class HostSlot:
         self.next_start = 0.0
         self.hold_until = 0.0
         self.last_used = 0.0
+        self.cut_at = float("-inf")
         self._waiters: deque[asyncio.Future[None]] = deque()
         self._rng = rng
 
@@ -50,7 +52,9 @@ class HostSlot:
                 if not waiter.cancelled() and waiter.done():
                     self._wake_one()  # we were woken but will not take the place: pass it on
                 else:
-                    self._waiters.remove(waiter)
+                    # A release may already have dropped our cancelled waiter from the queue.
+                    with contextlib.suppress(ValueError):
+                        self._waiters.remove(waiter)
                 raise
         self.in_flight += 1
         now = loop.time()
@@ -89,15 +93,23 @@ class HostSlot:
                 self.delay = self.policy.delay
         self._wake_all_that_fit()
 
-    def on_throttle(self, retry_after: float | None = None) -> None:
-        """The host asked us to slow down (429, 503, a ban)."""
-        if self.policy.adaptive:
+    def on_throttle(
+        self, retry_after: float | None = None, *, sent_at: float | None = None
+    ) -> None:
+        """The host asked us to slow down (429, 503, a ban).
+
+        ``sent_at`` (loop time) is when the refused request started: answers to requests sent
+        before the last cut describe the old rate and do not cut again, so a burst of refusals
+        halves the rate once (as TCP does once per round trip), instead of collapsing it.
+        """
+        now = asyncio.get_running_loop().time()
+        if self.policy.adaptive and (sent_at is None or sent_at >= self.cut_at):
+            self.cut_at = now
             self.limit = max(1.0, self.limit / 2)
             self.delay = min(
                 self.policy.max_delay, max(self.delay * 2, self.policy.min_backoff_delay)
             )
         if retry_after is not None and retry_after > 0:
-            now = asyncio.get_running_loop().time()
             self.hold_until = max(self.hold_until, now + min(retry_after, self.policy.max_delay))
 
     def _wake_all_that_fit(self) -> None:

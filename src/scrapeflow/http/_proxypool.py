@@ -1,9 +1,12 @@
 """Which proxy a session goes through: spread, capped, and failing ones set aside.
 
 Wraps any ``ProxyProvider`` unchanged. A session gets the least-used good proxy (by sessions
-assigned); a proxy that fails is quarantined for ``quarantine`` seconds, doubling each time it
-fails again after coming back (up to 30 minutes), and re-admitted when its time is up: its next
-use is its re-check. ``proxy_concurrency`` caps the requests in flight through one proxy.
+assigned). A proxy is quarantined after ``rotate_after`` failures in a row through it (any
+session's), or at once when it refuses the connection or gets banned; for ``quarantine`` seconds
+the first time, doubling each time it fails again after coming back (up to 30 minutes). It is
+re-admitted when its time is up, on probation: its next use is its re-check, and one failure
+sends it back. A success clears its record. ``proxy_concurrency`` caps the requests in flight
+through one proxy.
 """
 
 from __future__ import annotations
@@ -32,6 +35,8 @@ def proxy_label(proxy: str | None) -> str | None:
 
 
 class ProxyPool:
+    """The proxies of one ``HttpClient``: which is assigned how often, which are set aside."""
+
     def __init__(
         self,
         provider: ProxyProvider,
@@ -39,12 +44,17 @@ class ProxyPool:
         quarantine: float,
         concurrency: int,
         rng: random.Random,
+        rotate_after: int = 3,
     ) -> None:
         self.provider = provider
         self.quarantine_seconds = quarantine
         self.concurrency = concurrency
+        self.rotate_after = rotate_after
         self.assigned: Counter[str] = Counter()
         self.strikes: Counter[str] = Counter()
+        """Quarantines since the proxy last worked (0: in good standing)."""
+        self.streak: Counter[str] = Counter()
+        """Failures in a row through the proxy since it last worked or came back."""
         self.quarantined_until: dict[str, float] = {}
         self._limits: dict[str, asyncio.Semaphore] = {}
         self._rng = rng
@@ -79,17 +89,36 @@ class ProxyPool:
         if proxy is not None and self.assigned[proxy] > 0:
             self.assigned[proxy] -= 1
 
+    def failed(self, proxy: str, *, hard: bool = False) -> float | None:
+        """A failure through ``proxy``. Quarantines it when ``hard`` (refused, banned), after
+        ``rotate_after`` in a row, or at once while on probation; returns the seconds then.
+
+        Failures of requests that were in flight when it was set aside are not held against
+        it again: one bad moment is one strike, not one per request it caught.
+        """
+        if proxy in self.quarantined_until and self.is_quarantined(proxy):
+            return None
+        self.streak[proxy] += 1
+        if hard or self.strikes[proxy] > 0 or self.streak[proxy] >= self.rotate_after:
+            return self.set_aside(proxy)
+        return None
+
     def set_aside(self, proxy: str) -> float:
-        """Quarantine ``proxy``; returns for how many seconds."""
+        """Quarantine ``proxy`` (unless it already is); returns for how many seconds."""
+        now = self._now()
+        if self.is_quarantined(proxy):
+            return self.quarantined_until[proxy] - now
         self.strikes[proxy] += 1
+        self.streak.pop(proxy, None)
         seconds = min(_MAX_QUARANTINE, self.quarantine_seconds * 2.0 ** (self.strikes[proxy] - 1))
-        self.quarantined_until[proxy] = self._now() + seconds
+        self.quarantined_until[proxy] = now + seconds
         return seconds
 
     def recovered(self, proxy: str | None) -> None:
         """A success through ``proxy``: its next failure starts the backoff afresh."""
-        if proxy is not None and proxy in self.strikes:
-            del self.strikes[proxy]
+        if proxy is not None:
+            self.strikes.pop(proxy, None)
+            self.streak.pop(proxy, None)
 
     @contextlib.asynccontextmanager
     async def slot(self, proxy: str | None) -> AsyncIterator[None]:

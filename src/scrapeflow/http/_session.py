@@ -2,8 +2,9 @@
 
 A bank login must not hop IPs, and a browser does not change its User-Agent between clicks: a
 session keeps all three. It changes its proxy only after ``rotate_after`` consecutive failures
-through it (Tesoralia's smart rotation), and is *retired* — new proxy, new cookies, new
-identity — when the site bans it or shows it a CAPTCHA.
+through it (Tesoralia's smart rotation) or when the proxy was quarantined, and is *retired* —
+new proxy, new cookies, new identity — when the site bans it or shows it a CAPTCHA. A retired
+session's old aiohttp session is closed once the requests still in flight on it are done.
 """
 
 from __future__ import annotations
@@ -33,11 +34,15 @@ class ScrapeSession:
         self.generation = 0
         self.failures = 0
         self.retired = 0
+        self.pending = 0
+        """Requests in progress through this session (waiting for a place, sent, retrying)."""
         self.last_failure = ""
         self._client = client
         self.identity: Identity | None = None
         self.proxy: str | None = None
         self.http: aiohttp.ClientSession = self._open(avoid_identity=None, avoid_proxy=None)
+        # Requests using each aiohttp session: a retired one is closed when its last ends.
+        self._users: dict[aiohttp.ClientSession, int] = {}
 
     def __repr__(self) -> str:
         name = self.identity.name if self.identity else "aiohttp"
@@ -66,10 +71,28 @@ class ScrapeSession:
             auto_decompress=True,
         )
 
+    def checkout(self) -> aiohttp.ClientSession:
+        """The aiohttp session to send one request with; give it back with ``checkin``."""
+        http = self.http
+        self._users[http] = self._users.get(http, 0) + 1
+        return http
+
+    async def checkin(self, http: aiohttp.ClientSession) -> None:
+        left = self._users.get(http, 1) - 1
+        if left > 0:
+            self._users[http] = left
+            return
+        self._users.pop(http, None)
+        if http is not self.http:
+            await http.close()  # retired while this request was in flight
+
     def rotate_proxy(self) -> None:
-        """Move to another proxy, keeping identity and cookies (after repeated failures)."""
+        """Move to another proxy, keeping identity and cookies (after repeated failures).
+
+        Also how a session left without a proxy (all were set aside) gets one back.
+        """
         pool = self._client.proxy_pool
-        if pool is None or self.proxy is None:
+        if pool is None:
             return
         old = self.proxy
         pool.unassign(old)
@@ -86,9 +109,14 @@ class ScrapeSession:
         self.generation += 1
         self.retired += 1
         self.failures = 0
-        await old_http.close()  # requests already in flight finish; the connector is shared
+        if old_http not in self._users:
+            await old_http.close()
+        # else: requests still in flight on it (its cookies, its headers) close it when done;
+        # closing it under them would break them (the connector is shared, not theirs).
 
     async def close(self) -> None:
         if self._client.proxy_pool is not None:
             self._client.proxy_pool.unassign(self.proxy)
-        await self.http.close()
+        for http in [self.http, *self._users]:
+            await http.close()
+        self._users.clear()
