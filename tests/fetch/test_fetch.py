@@ -19,7 +19,7 @@ from scrapeflow.fetch import FetchSettings, read_items, run_fetch
 from scrapeflow.sandbox import serve_in_thread
 from scrapeflow.storage import BlobStore, ChecksumIndex, UrlIndex, read_fetch_log, sha384_hex
 from tests.fetch.conftest import REDIS_URL
-from tests.storage.conftest import Target
+from tests.storage.conftest import Target, make_s3_target
 
 
 def settings_for(target: Target, **values: object) -> FetchSettings:
@@ -278,3 +278,44 @@ def test_cli_fetch_with_two_processes_then_resume(site: str, tmp_path: Path) -> 
     nope = [*command[:4], str(tmp_path / "nope.txt"), *command[5:]]
     missing = subprocess.run(nope, capture_output=True, text=True, env=env)
     assert missing.returncode == 2 and "nope.txt: no such file" in missing.stderr
+
+
+def test_cli_fetch_into_s3_with_gofetch_variables_only(
+    site: str, s3_endpoint: str, tmp_path: Path
+) -> None:
+    target = make_s3_target(s3_endpoint)
+    listing = write_list(tmp_path / "u.txt", [f"{site}/page/{n}" for n in range(25)])
+    env = {
+        **os.environ,
+        "AWS_STORAGE_BUCKET_NAME": target.bucket,
+        "AWS_ACCESS_KEY_ID": "testing",
+        "AWS_SECRET_ACCESS_KEY": "testing",
+        "AWS_ENDPOINT_URL": s3_endpoint,
+        "FETCH_ID": "4242",
+        "FETCH_OFFSET": "5",
+        "FETCH_LIMIT": "10",
+        "MAX_CPUS": "1",
+    }
+    result = subprocess.run(
+        [sys.executable, "-m", "scrapeflow", "fetch", str(listing)],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=120,
+    )
+    assert result.returncode == 0, result.stderr
+    listed = target.s3_client().list_objects_v2(Bucket=target.bucket)  # the bucket's root
+    keys = [o["Key"] for o in listed.get("Contents", [])]
+    assert len([k for k in keys if k.startswith("gofetch/sha384_content/")]) == 10
+    [log_key] = [k for k in keys if k.startswith("gofetch/logs/")]
+    assert log_key.endswith("_4242_5_10")
+    assert "testing" not in result.stdout + result.stderr
+    no_secret = {k: v for k, v in env.items() if k != "AWS_SECRET_ACCESS_KEY"}
+    refused = subprocess.run(
+        [sys.executable, "-m", "scrapeflow", "fetch", str(listing)],
+        capture_output=True,
+        text=True,
+        env=no_secret,
+    )
+    assert refused.returncode == 2
+    assert refused.stderr.strip().startswith("error: missing setting AWS_SECRET_ACCESS_KEY")
