@@ -11,7 +11,7 @@ Every bench follows one pattern, so its figures mean the same thing:
 
 Run as a script, this module is the server process::
 
-    python bench/_loopback.py --pages 100000 --warm 20000
+    python bench/_loopback.py --pages 100000 --warm 20000 [--latency-ms 100]
     # prints http://127.0.0.1:PORT on stdout once ready; serves until stdin closes or SIGTERM
 """
 
@@ -155,14 +155,24 @@ class LoopbackServer:
     ``warm`` pages are rendered once at startup so that serving them costs the server only
     aiohttp's own work: the site makes each page from random draws (~170 µs), more than a
     whole request costs the client, and a server that slow would be what the bench measures.
+    ``latency_ms`` delays every response by that many milliseconds (the site's own
+    ``SiteConfig.latency_ms``, an ``asyncio.sleep`` before the handler), as a distant server.
 
     >>> with LoopbackServer(pages=100_000, warm=20_000) as server:  # doctest: +SKIP
     ...     server.url, server.cpu_seconds()
     """
 
-    def __init__(self, *, pages: int, warm: int = 0, startup_timeout: float = 300.0) -> None:
+    def __init__(
+        self,
+        *,
+        pages: int,
+        warm: int = 0,
+        latency_ms: float = 0.0,
+        startup_timeout: float = 300.0,
+    ) -> None:
         self.pages = pages
         self.warm = min(warm, pages)
+        self.latency_ms = latency_ms
         self.startup_timeout = startup_timeout
         self.url = ""
         self._process: subprocess.Popen[str] | None = None
@@ -173,6 +183,7 @@ class LoopbackServer:
             str(Path(__file__).resolve()),
             f"--pages={self.pages}",
             f"--warm={self.warm}",
+            f"--latency-ms={self.latency_ms}",
         ]
         self._process = subprocess.Popen(
             command, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True
@@ -224,11 +235,12 @@ def _serve_main(argv: Sequence[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description="Serve the sandbox plain site on loopback.")
     parser.add_argument("--pages", type=int, default=100_000)
     parser.add_argument("--warm", type=int, default=0, help="pages rendered ahead, 0..N-1")
+    parser.add_argument("--latency-ms", type=float, default=0.0, help="delay of every response")
     args = parser.parse_args(argv)
-    asyncio.run(_serve(args.pages, args.warm))
+    asyncio.run(_serve(args.pages, args.warm, args.latency_ms))
 
 
-async def _serve(pages: int, warm: int) -> None:
+async def _serve(pages: int, warm: int, latency_ms: float = 0.0) -> None:
     from scrapeflow.sandbox import PlainSite, SiteConfig, serve
 
     class RenderedPlainSite(PlainSite):
@@ -244,7 +256,7 @@ async def _serve(pages: int, warm: int) -> None:
                 html = self.rendered[n] = super().page_html(n)
             return html
 
-    site = RenderedPlainSite(SiteConfig(pages=pages))
+    site = RenderedPlainSite(SiteConfig(pages=pages, latency_ms=(latency_ms, latency_ms)))
     for n in range(warm):
         site.page_html(n)
     gc.collect()
