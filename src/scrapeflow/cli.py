@@ -265,8 +265,15 @@ def _fetch_command(
     )
     task = progress.add_task("fetch", total=len(items), detail="")
 
+    next_draw = 0.0
+
     def show(counts: dict[str, int]) -> None:
+        nonlocal next_draw
+        now = time.monotonic()
         done = sum(counts.values())
+        if now < next_draw and done < len(items):
+            return  # called per URL: redraw ten times a second, not twenty thousand
+        next_draw = now + 0.1
         detail = "  ".join(f"{name} {counts[name]:,}" for name in OUTCOMES)
         progress.update(task, completed=done, detail=detail)
 

@@ -142,20 +142,22 @@ async def _store(
 ) -> str:
     item, response = fetched.item, fetched.response
     processor = item.processor or settings.default_processor
-    record = FetchRecord(
-        requested_url=item.url,
-        started=fetched.started,
-        duration_ns=fetched.duration_ns,
-        final_url=None if response is None else response.url,
-        status=None if response is None else response.status,
-        error=fetched.error,
-        processor=processor,
-        meta=item.meta,
-    )
+
+    def record(**outcome: Any) -> FetchRecord:
+        return FetchRecord(
+            requested_url=item.url,
+            started=fetched.started,
+            duration_ns=fetched.duration_ns,
+            final_url=None if response is None else response.url,
+            status=None if response is None else response.status,
+            processor=processor,
+            meta=item.meta,
+            **outcome,
+        )
+
     if response is None or not 200 <= response.status < 300:
-        if response is not None:
-            record = _replace(record, error=f"HTTP {response.status}")
-        await log.write(record)
+        error = fetched.error if response is None else f"HTTP {response.status}"
+        await log.write(record(error=error))
         return "failed"
     stored = await store.put(response.body)
     entry = IndexEntry(
@@ -182,14 +184,8 @@ async def _store(
         )
     if redis is not None:
         await redis.push(entry)
-    await log.write(_replace(record, checksum=stored.checksum, location=stored.location))
+    await log.write(record(checksum=stored.checksum, location=stored.location))
     return "stored" if stored.created else "duplicate"
-
-
-def _replace(record: FetchRecord, **changes: Any) -> FetchRecord:
-    from dataclasses import replace
-
-    return replace(record, **changes)
 
 
 def _count(report: FetchReport, fetched: _Fetched, outcome: str) -> None:
