@@ -17,7 +17,7 @@ import yarl
 from scrapeflow.errors import InputError
 from scrapeflow.status import Params
 
-__all__ = ["UrlList", "check_url", "url_key"]
+__all__ = ["UrlList", "check_url", "list_lines", "url_key"]
 
 
 def url_key(url: str) -> str:
@@ -78,7 +78,9 @@ class UrlList:
                 yield key, {"url": url}
 
 
-def _lines(path: Path, *, check: bool) -> Iterator[tuple[int, str]]:
+def list_lines(path: Path) -> Iterator[tuple[int, str]]:
+    """``(line number, text)`` of every line of a list file that is not blank or a ``#``
+    comment, without its line end; :class:`InputError` names a file that cannot be read."""
     try:
         handle = open(path, encoding="utf-8")  # noqa: SIM115 - closed by the with below
     except FileNotFoundError:
@@ -90,12 +92,17 @@ def _lines(path: Path, *, check: bool) -> Iterator[tuple[int, str]]:
     with handle:
         try:
             for lineno, line in enumerate(handle, start=1):
-                url = line.strip()
-                if not url or url.startswith("#"):
-                    continue
-                if check and (problem := check_url(url)) is not None:
-                    shown = url if len(url) <= 80 else url[:77] + "..."
-                    raise InputError(f"{path}:{lineno}: {problem}: {shown!r}")
-                yield lineno, url
+                text = line.rstrip("\r\n")
+                if text.strip() and not text.lstrip().startswith("#"):
+                    yield lineno, text
         except UnicodeDecodeError as exc:
             raise InputError(f"{path}: not UTF-8 text ({exc.reason})") from None
+
+
+def _lines(path: Path, *, check: bool) -> Iterator[tuple[int, str]]:
+    for lineno, text in list_lines(path):
+        url = text.strip()
+        if check and (problem := check_url(url)) is not None:
+            shown = url if len(url) <= 80 else url[:77] + "..."
+            raise InputError(f"{path}:{lineno}: {problem}: {shown!r}")
+        yield lineno, url

@@ -15,13 +15,12 @@ The whole file is checked before anything is fetched; the first bad line is name
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from scrapeflow.errors import InputError
-from scrapeflow.urllist import check_url
+from scrapeflow.urllist import check_url, list_lines
 
 __all__ = ["FetchItem", "read_items"]
 
@@ -43,7 +42,7 @@ def read_items(path: Path | str, *, offset: int = 0, limit: int | None = None) -
         raise InputError(f"offset must be >= 0 and limit >= 1 (got {offset}, {limit})")
     items: list[FetchItem] = []
     index = 0
-    for lineno, line in _lines(path):
+    for lineno, line in list_lines(path):
         item = _parse(path, lineno, line, index)
         if index >= offset and (limit is None or index < offset + limit):
             items.append(item)
@@ -51,25 +50,6 @@ def read_items(path: Path | str, *, offset: int = 0, limit: int | None = None) -
     if index == 0:
         raise InputError(f"{path}: no URL in the file")
     return items
-
-
-def _lines(path: Path) -> Iterator[tuple[int, str]]:
-    try:
-        handle = open(path, encoding="utf-8")  # noqa: SIM115 - closed by the with below
-    except FileNotFoundError:
-        raise InputError(f"{path}: no such file") from None
-    except IsADirectoryError:
-        raise InputError(f"{path}: is a directory, not a URL list") from None
-    except OSError as exc:
-        raise InputError(f"{path}: cannot read ({exc.strerror})") from None
-    with handle:
-        try:
-            for lineno, line in enumerate(handle, start=1):
-                text = line.rstrip("\r\n")
-                if text.strip() and not text.lstrip().startswith("#"):
-                    yield lineno, text
-        except UnicodeDecodeError as exc:
-            raise InputError(f"{path}: not UTF-8 text ({exc.reason})") from None
 
 
 def _parse(path: Path, lineno: int, line: str, index: int) -> FetchItem:
