@@ -6,6 +6,7 @@ The tree::
     ├── ConfigError (ValueError)            bad settings or arguments; the message names the culprit
     │   └── MissingSetting                  a mandatory value (argument or env var) is absent
     ├── InputError (ValueError)             bad user input: a URL list, a task set, a params dict
+    │   └── InvalidAccount                  an account a scraper produced cannot be stored
     ├── StatusError                         the status store cannot be used as asked
     │   ├── StatusCorrupt                   a status file is not valid JSON or not a status object
     │   ├── TaskNotFound (KeyError)         a key given without params has no status yet
@@ -25,6 +26,7 @@ The tree::
     │   ├── ProxiesNotLoaded                get_one_proxy() before load()
     │   └── ProxyListUnavailable            a provider's list could not be fetched
     ├── JsError                             JavaScript run by scrapeflow.js failed (code, not input)
+    ├── VaultError                          bank credentials cannot be encrypted or decrypted
     ├── StorageError                        the blob store cannot be used as asked
     │   ├── StoreUnavailable                no such bucket, access denied, endpoint down
     │   ├── ObjectNotFound (KeyError)       nothing stored under that name (content, fetch log)
@@ -46,6 +48,7 @@ __all__ = [
     "FetchTimeout",
     "HTTPStatusError",
     "InputError",
+    "InvalidAccount",
     "JsError",
     "MissingExtra",
     "MissingSetting",
@@ -66,6 +69,7 @@ __all__ = [
     "TaskConflict",
     "TaskNotFound",
     "ValidationFailed",
+    "VaultError",
 ]
 
 
@@ -172,6 +176,14 @@ class ProxiesNotLoaded(ProxyError, RuntimeError):
 
 class ProxyListUnavailable(ProxyError):
     """A proxy service did not return a usable list."""
+
+
+class InvalidAccount(InputError):
+    """An account a scraper produced cannot be stored (bad IBAN, currency or number)."""
+
+
+class VaultError(ScrapeflowError):
+    """Bank credentials cannot be encrypted or decrypted; the message never holds a secret."""
 
 
 class JsError(ScrapeflowError):

@@ -1,0 +1,378 @@
+"""The banking schema (SQLAlchemy 2 typed declarative) and the idempotent account/movement writes.
+
+Tables::
+
+    customers ─< accesses >─ financial_entities
+                    │
+                    ├─< contracts ─< accounts (contract optional)
+                    └─< accounts ─< movements
+
+Natural keys, used by the upserts: an account is ``(access_id, bank_ref)``; a movement is
+``(account_id, movement_key)``; a contract is ``(access_id, bank_ref)``.
+"""
+
+from __future__ import annotations
+
+import enum
+import hashlib
+import re
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+from datetime import UTC, date, datetime
+from decimal import Decimal
+from typing import Any, cast
+
+from schwifty import IBAN
+from schwifty.exceptions import SchwiftyException
+from sqlalchemy import (
+    JSON,
+    Boolean,
+    CheckConstraint,
+    Date,
+    Enum,
+    ForeignKey,
+    Integer,
+    LargeBinary,
+    MetaData,
+    String,
+    Table,
+    Unicode,
+    UnicodeText,
+    UniqueConstraint,
+    select,
+)
+from sqlalchemy.ext.asyncio import AsyncSession
+from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column, validates
+
+from scrapeflow.banking._results import ResultCode, ScrapeState
+from scrapeflow.db._types import Money, UTCDateTime
+from scrapeflow.db._upsert import upsert
+from scrapeflow.errors import InvalidAccount
+
+__all__ = [
+    "Access",
+    "Account",
+    "AccountRecord",
+    "AccountType",
+    "Base",
+    "Contract",
+    "Customer",
+    "FinancialEntity",
+    "InvalidAccount",
+    "Movement",
+    "MovementRecord",
+    "movement_key",
+    "upsert_accounts",
+    "upsert_movements",
+    "validate_currency",
+    "validate_iban",
+]
+
+_CURRENCY = re.compile(r"[A-Z]{3}")
+
+
+class AccountType(enum.StrEnum):
+    CHECKING = "checking"
+    SAVINGS = "savings"
+    CARD = "card"
+    LOAN = "loan"
+    OTHER = "other"
+
+
+def _now() -> datetime:
+    return datetime.now(UTC)
+
+
+def _enum(cls: type[enum.Enum], name: str) -> Enum:
+    # Stored as the lowercase value in a VARCHAR: portable (no native ENUM type to migrate).
+    return Enum(
+        cls,
+        name=name,
+        native_enum=False,
+        create_constraint=False,
+        length=32,
+        values_callable=lambda members: [m.value for m in members],
+    )
+
+
+_NAMING = {
+    "ix": "ix_%(column_0_label)s",
+    "uq": "uq_%(table_name)s_%(column_0_name)s",
+    "ck": "ck_%(table_name)s_%(constraint_name)s",
+    "fk": "fk_%(table_name)s_%(column_0_name)s_%(referred_table_name)s",
+    "pk": "pk_%(table_name)s",
+}
+
+
+class Base(DeclarativeBase):
+    """Declarative base of the banking schema; ``Base.metadata`` is what migrations create."""
+
+    metadata = MetaData(naming_convention=_NAMING)
+
+
+class Customer(Base):
+    """A customer of the aggregation service, with the state of their latest refresh."""
+
+    __tablename__ = "customers"
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True)
+    external_id: Mapped[str] = mapped_column(String(64), unique=True)
+    name: Mapped[str] = mapped_column(Unicode(200), default="")
+    scrape_state: Mapped[ScrapeState] = mapped_column(
+        _enum(ScrapeState, "scrape_state"), default=ScrapeState.IDLE
+    )
+    scrape_started_at: Mapped[datetime | None] = mapped_column(UTCDateTime())
+    scrape_finished_at: Mapped[datetime | None] = mapped_column(UTCDateTime())
+    created_at: Mapped[datetime] = mapped_column(UTCDateTime(), default=_now)
+
+
+class FinancialEntity(Base):
+    """A bank; ``code`` is the scraper's registry name (``formbank``)."""
+
+    __tablename__ = "financial_entities"
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True)
+    code: Mapped[str] = mapped_column(String(64), unique=True)
+    name: Mapped[str] = mapped_column(Unicode(200))
+    country: Mapped[str | None] = mapped_column(String(2))
+
+
+class Access(Base):
+    """A customer's login at a bank, its encrypted secret and the state of its latest scrape."""
+
+    __tablename__ = "accesses"
+    __table_args__ = (UniqueConstraint("customer_id", "entity_id", "login"),)
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True)
+    customer_id: Mapped[int] = mapped_column(ForeignKey("customers.id", ondelete="CASCADE"))
+    entity_id: Mapped[int] = mapped_column(ForeignKey("financial_entities.id"))
+    login: Mapped[str] = mapped_column(String(200))
+    secret: Mapped[bytes] = mapped_column(LargeBinary)  # a CredentialVault token, never plaintext
+    traits: Mapped[dict[str, Any]] = mapped_column(JSON, default=dict)
+    scrape_state: Mapped[ScrapeState] = mapped_column(
+        _enum(ScrapeState, "scrape_state"), default=ScrapeState.IDLE
+    )
+    result_code: Mapped[ResultCode | None] = mapped_column(_enum(ResultCode, "result_code"))
+    scrape_started_at: Mapped[datetime | None] = mapped_column(UTCDateTime())
+    scrape_finished_at: Mapped[datetime | None] = mapped_column(UTCDateTime())
+    accounts_count: Mapped[int] = mapped_column(Integer, default=0)
+    movements_count: Mapped[int] = mapped_column(Integer, default=0)
+
+    def __repr__(self) -> str:  # the secret is a token, but it has no place in a log either
+        return f"Access(id={self.id!r}, customer_id={self.customer_id!r}, login={self.login!r})"
+
+
+class Contract(Base):
+    """A contract (product agreement) an access can see; accounts may belong to one."""
+
+    __tablename__ = "contracts"
+    __table_args__ = (UniqueConstraint("access_id", "bank_ref"),)
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True)
+    access_id: Mapped[int] = mapped_column(ForeignKey("accesses.id", ondelete="CASCADE"))
+    bank_ref: Mapped[str] = mapped_column(String(100))
+    name: Mapped[str] = mapped_column(Unicode(200), default="")
+
+
+class Account(Base):
+    """An account: IBAN when the bank has one, else only the bank's own ``number``."""
+
+    __tablename__ = "accounts"
+    __table_args__ = (
+        UniqueConstraint("access_id", "bank_ref"),
+        CheckConstraint("iban IS NOT NULL OR number IS NOT NULL", name="iban_or_number"),
+    )
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True)
+    access_id: Mapped[int] = mapped_column(ForeignKey("accesses.id", ondelete="CASCADE"))
+    contract_id: Mapped[int | None] = mapped_column(ForeignKey("contracts.id", ondelete="SET NULL"))
+    bank_ref: Mapped[str] = mapped_column(String(100))
+    iban: Mapped[str | None] = mapped_column(String(34))
+    number: Mapped[str | None] = mapped_column(String(64))
+    alias: Mapped[str] = mapped_column(Unicode(200), default="")
+    type: Mapped[AccountType] = mapped_column(_enum(AccountType, "account_type"))
+    currency: Mapped[str] = mapped_column(String(3))
+    balance: Mapped[Decimal] = mapped_column(Money())
+    updated_at: Mapped[datetime] = mapped_column(UTCDateTime(), default=_now)
+
+    @validates("iban")
+    def _check_iban(self, _key: str, value: str | None) -> str | None:
+        return None if value is None else validate_iban(value)
+
+    @validates("currency")
+    def _check_currency(self, _key: str, value: str) -> str:
+        return validate_currency(value)
+
+
+class Movement(Base):
+    """A movement; ``movement_key`` is its identity across scrapes (see :func:`movement_key`)."""
+
+    __tablename__ = "movements"
+    __table_args__ = (UniqueConstraint("account_id", "movement_key"),)
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True)
+    # no separate index: the (account_id, movement_key) unique constraint serves lookups
+    account_id: Mapped[int] = mapped_column(ForeignKey("accounts.id", ondelete="CASCADE"))
+    movement_key: Mapped[str] = mapped_column(String(128))
+    operation_date: Mapped[date] = mapped_column(Date)
+    value_date: Mapped[date] = mapped_column(Date)
+    amount: Mapped[Decimal] = mapped_column(Money())
+    description: Mapped[str] = mapped_column(UnicodeText, default="")
+    balance_after: Mapped[Decimal | None] = mapped_column(Money())
+    pending: Mapped[bool] = mapped_column(Boolean, default=False)
+    first_seen: Mapped[datetime] = mapped_column(UTCDateTime(), default=_now)
+    updated_at: Mapped[datetime] = mapped_column(UTCDateTime(), default=_now)
+
+
+# -- validation ----------------------------------------------------------------------------------
+
+
+def validate_iban(value: str) -> str:
+    """``value`` as a compact IBAN (``ES9121000418450200051332``), or :class:`InvalidAccount`."""
+    try:
+        return IBAN(value).compact
+    except SchwiftyException as exc:
+        raise InvalidAccount(f"invalid IBAN {value!r}: {exc}") from exc
+
+
+def validate_currency(value: str) -> str:
+    """``value`` if it is an ISO 4217 alphabetic code (three capitals), else an error."""
+    if not _CURRENCY.fullmatch(value):
+        raise InvalidAccount(f"invalid currency {value!r}: expected an ISO 4217 code like 'EUR'")
+    return value
+
+
+# -- what scrapers hand over -----------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class AccountRecord:
+    """One account as a scraper read it. ``bank_ref`` is the bank's stable id for the account."""
+
+    bank_ref: str
+    type: AccountType
+    currency: str
+    balance: Decimal
+    iban: str | None = None
+    number: str | None = None
+    alias: str = ""
+    contract_id: int | None = None
+
+    def __post_init__(self) -> None:
+        if self.iban is None and not self.number:
+            raise InvalidAccount(f"account {self.bank_ref!r} has neither an IBAN nor a number")
+        if self.iban is not None:
+            object.__setattr__(self, "iban", validate_iban(self.iban))
+        validate_currency(self.currency)
+
+
+@dataclass(frozen=True, slots=True)
+class MovementRecord:
+    """One movement as a scraper read it; ``key`` from :func:`movement_key`."""
+
+    key: str
+    operation_date: date
+    value_date: date
+    amount: Decimal
+    description: str
+    pending: bool = False
+    balance_after: Decimal | None = None
+
+    def __post_init__(self) -> None:
+        if not self.key or len(self.key) > 128:
+            raise InvalidAccount(f"movement key must be 1-128 characters, got {self.key!r}")
+
+
+def movement_key(
+    *,
+    reference: str | None = None,
+    operation_date: date | None = None,
+    amount: Decimal | None = None,
+    description: str = "",
+    occurrence: int = 0,
+) -> str:
+    """A movement's stable identity within its account.
+
+    The bank's own reference when it gives one (``ref:<reference>``): it survives the move from
+    pending to posted, even when the description changes. Otherwise a hash fallback
+    ``h:<sha256>`` of operation date, amount, whitespace-normalised description and
+    ``occurrence`` (0 for the first of identical movements on a day, 1 for the second…).
+    The fallback cannot follow a description change, so a bank that renames posted movements
+    must provide a reference.
+    """
+    if reference:
+        return f"ref:{reference}"[:128]
+    if operation_date is None or amount is None:
+        raise InvalidAccount("a movement without a reference needs its date and amount for a key")
+    text = " ".join(description.split()).upper()
+    payload = f"{operation_date.isoformat()}|{amount:.2f}|{text}|{occurrence}"
+    return "h:" + hashlib.sha256(payload.encode()).hexdigest()
+
+
+# -- idempotent writes ------------------------------------------------------------
+
+
+async def upsert_accounts(
+    session: AsyncSession, access_id: int, accounts: Iterable[AccountRecord]
+) -> dict[str, int]:
+    """Insert or update ``accounts`` of one access; returns ``{bank_ref: account id}``.
+
+    Keyed on ``(access_id, bank_ref)``: running it twice leaves the same rows. Runs in the
+    session's transaction; the caller commits.
+    """
+    by_ref = {
+        a.bank_ref: {
+            "access_id": access_id,
+            "bank_ref": a.bank_ref,
+            "contract_id": a.contract_id,
+            "iban": a.iban,
+            "number": a.number,
+            "alias": a.alias,
+            "type": a.type,
+            "currency": a.currency,
+            "balance": a.balance,
+        }
+        for a in accounts
+    }
+    rows = list(by_ref.values())
+    table = cast(Table, Account.__table__)
+    await upsert(session, table, rows, keys=("access_id", "bank_ref"), touch="updated_at")
+    refs = [r["bank_ref"] for r in rows]
+    found = await session.execute(
+        select(Account.bank_ref, Account.id).where(
+            Account.access_id == access_id, Account.bank_ref.in_(refs)
+        )
+    )
+    return dict(found.all())
+
+
+async def upsert_movements(
+    session: AsyncSession, account_id: int, movements: Sequence[MovementRecord]
+) -> None:
+    """Insert or update ``movements`` of one account, keyed on ``(account_id, movement_key)``.
+
+    A pending movement that posts (same key, new description, ``pending=False``) is updated in
+    place; ``first_seen`` keeps the first sighting and ``updated_at`` moves only on a real change.
+    The last record wins when a batch repeats a key. Runs in the caller's transaction.
+    """
+    by_key = {
+        m.key: {
+            "account_id": account_id,
+            "movement_key": m.key,
+            "operation_date": m.operation_date,
+            "value_date": m.value_date,
+            "amount": m.amount,
+            "description": m.description,
+            "balance_after": m.balance_after,
+            "pending": m.pending,
+        }
+        for m in movements
+    }
+    table = cast(Table, Movement.__table__)
+    await upsert(
+        session,
+        table,
+        list(by_key.values()),
+        keys=("account_id", "movement_key"),
+        touch="updated_at",
+    )

@@ -1,0 +1,102 @@
+"""Bank credentials encrypted at rest with Fernet; several keys for rotation (MultiFernet)."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Sequence
+from pathlib import Path
+
+from cryptography.fernet import Fernet, InvalidToken, MultiFernet
+
+from scrapeflow.errors import ConfigError, MissingSetting, VaultError
+
+__all__ = ["KEYS_ENV", "KEY_FILE_ENV", "CredentialVault", "VaultError"]
+
+KEYS_ENV = "SCRAPEFLOW_VAULT_KEYS"
+KEY_FILE_ENV = "SCRAPEFLOW_VAULT_KEY_FILE"
+
+
+class CredentialVault:
+    """Encrypts and decrypts bank secrets. The first key encrypts; every key decrypts.
+
+    Keys are Fernet keys (``CredentialVault.generate_key()``), given most recent first. To
+    rotate: put a new key first, keep the old ones, :meth:`rotate` every stored token, then drop
+    the old keys.
+
+    >>> vault = CredentialVault([CredentialVault.generate_key()])
+    >>> vault.decrypt(vault.encrypt("s3cret"))
+    's3cret'
+    """
+
+    __slots__ = ("_count", "_fernet")
+
+    def __init__(self, keys: Sequence[str | bytes]) -> None:
+        if not keys:
+            raise MissingSetting(KEYS_ENV, "the vault needs at least one Fernet key")
+        fernets = []
+        for position, key in enumerate(keys, start=1):
+            try:
+                fernets.append(Fernet(key.strip()))
+            except (ValueError, TypeError) as exc:  # never echo the key itself
+                raise ConfigError(
+                    f"vault key #{position} is not a Fernet key (32 url-safe base64 bytes)"
+                ) from exc
+        self._fernet = MultiFernet(fernets)
+        self._count = len(fernets)
+
+    @staticmethod
+    def generate_key() -> str:
+        """A new random key, to store in ``SCRAPEFLOW_VAULT_KEYS`` or a key file."""
+        return Fernet.generate_key().decode()
+
+    @classmethod
+    def from_env(cls, environ: dict[str, str] | None = None) -> CredentialVault:
+        """Keys from ``SCRAPEFLOW_VAULT_KEYS`` (comma-separated, current first), else from the
+        file named by ``SCRAPEFLOW_VAULT_KEY_FILE``."""
+        env = os.environ if environ is None else environ
+        if env.get(KEYS_ENV, "").strip():
+            return cls([k for k in env[KEYS_ENV].split(",") if k.strip()])
+        if env.get(KEY_FILE_ENV, "").strip():
+            return cls.from_key_file(Path(env[KEY_FILE_ENV]))
+        raise MissingSetting(KEYS_ENV, f"or {KEY_FILE_ENV}; make a key with generate_key()")
+
+    @classmethod
+    def from_key_file(cls, path: Path) -> CredentialVault:
+        """Keys from ``path``, one per line, current first; blank lines and ``#`` lines skipped."""
+        try:
+            text = path.read_text(encoding="ascii")
+        except (OSError, UnicodeDecodeError) as exc:
+            raise ConfigError(f"cannot read vault key file {path}: {type(exc).__name__}") from exc
+        keys = [ln.strip() for ln in text.splitlines() if ln.strip() and not ln.startswith("#")]
+        if not keys:
+            raise ConfigError(f"vault key file {path} holds no key")
+        return cls(keys)
+
+    def encrypt(self, secret: str) -> bytes:
+        """A token for ``secret``, made with the current key."""
+        if not isinstance(secret, str):
+            raise VaultError(f"a secret must be str, not {type(secret).__name__}")
+        return self._fernet.encrypt(secret.encode("utf-8"))
+
+    def decrypt(self, token: bytes) -> str:
+        """The secret in ``token``; :class:`VaultError` when no key of the vault opens it."""
+        try:
+            return self._fernet.decrypt(token).decode("utf-8")
+        except (InvalidToken, TypeError, UnicodeDecodeError):
+            # `from None`: the chained error could carry the token; the message never does.
+            raise VaultError(
+                "cannot decrypt a stored credential: it was encrypted with a key this vault "
+                "does not hold, or it is corrupt"
+            ) from None
+
+    def rotate(self, token: bytes) -> bytes:
+        """``token`` re-encrypted with the current key (its secret unchanged)."""
+        try:
+            return self._fernet.rotate(token)
+        except (InvalidToken, TypeError):
+            raise VaultError(
+                "cannot rotate a stored credential: no key of this vault decrypts it"
+            ) from None
+
+    def __repr__(self) -> str:
+        return f"CredentialVault(<{self._count} key{'s' if self._count != 1 else ''}>)"

@@ -1,0 +1,31 @@
+"""Database infrastructure: async engines and sessions, migrations, portable column types and
+idempotent upserts.
+
+SQLite (``sqlite+aiosqlite:///path``) is the embedded default; PostgreSQL
+(``postgresql+asyncpg://user@host/db``) is tested; MS SQL Server works through the ``mssql``
+dialect with an async ODBC driver: ``pip install aioodbc`` plus Microsoft's ODBC Driver 18, then
+``mssql+aioodbc://user:pw@host/db?driver=ODBC+Driver+18+for+SQL+Server``.
+
+>>> engine = create_engine("sqlite+aiosqlite:///scrapeflow.db")  # doctest: +SKIP
+>>> await migrate("sqlite+aiosqlite:///scrapeflow.db")  # doctest: +SKIP
+"""
+
+from __future__ import annotations
+
+from scrapeflow.db._engine import DEFAULT_URL, create_engine, session_factory
+from scrapeflow.db._migrate import MIGRATIONS_DIR, alembic_config, migrate
+from scrapeflow.db._types import Money, UTCDateTime
+from scrapeflow.db._upsert import portable_statements, upsert
+
+__all__ = [
+    "DEFAULT_URL",
+    "MIGRATIONS_DIR",
+    "Money",
+    "UTCDateTime",
+    "alembic_config",
+    "create_engine",
+    "migrate",
+    "portable_statements",
+    "session_factory",
+    "upsert",
+]

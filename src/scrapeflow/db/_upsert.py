@@ -1,0 +1,126 @@
+"""Idempotent writes: insert a batch of rows, or update the ones whose natural key exists.
+
+SQLite and PostgreSQL get one ``INSERT … ON CONFLICT (key) DO UPDATE … WHERE changed`` per
+chunk, so a batch delivered twice leaves the same rows (and the same ``updated_at``).
+Other dialects (MS SQL Server) take the portable path: in the caller's transaction, select the
+rows with those keys, ``UPDATE`` the ones that changed and ``INSERT`` the rest. It is chosen over
+``MERGE`` because SQLAlchemy has no MERGE construct and SQL Server's MERGE has known concurrency
+pitfalls; the single writer of the write queue makes select-then-write safe.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping, Sequence
+from datetime import UTC, datetime
+from typing import Any
+
+from sqlalchemy import Table, and_, false, insert, or_, select, update
+from sqlalchemy.dialects import postgresql, sqlite
+from sqlalchemy.ext.asyncio import AsyncSession
+from sqlalchemy.sql import ColumnElement, Executable
+
+__all__ = ["portable_statements", "upsert"]
+
+_CHUNK = 500  # rows per statement: well under SQLite's and asyncpg's parameter limits
+_PORTABLE_CHUNK = 100  # SQL Server takes at most 2,100 parameters per statement
+_NATIVE = ("sqlite", "postgresql")
+
+
+async def upsert(
+    session: AsyncSession,
+    table: Table,
+    rows: Sequence[Mapping[str, Any]],
+    *,
+    keys: Sequence[str],
+    touch: str | None = None,
+    portable: bool = False,
+) -> None:
+    """Insert ``rows`` into ``table``, updating rows whose ``keys`` columns already exist.
+
+    Every column a row gives, except the keys, is updated, and only when some value differs;
+    ``touch`` names a timestamp column set to now on insert and on a real change. Columns a row
+    does not give (a ``first_seen`` default) are set on insert and left alone on update.
+    ``portable=True`` forces the select-then-write path used for dialects without ON CONFLICT.
+    """
+    if not rows:
+        return
+    dialect = session.get_bind().dialect.name
+    now = datetime.now(UTC)
+    stamped = [({**row, touch: now} if touch else dict(row)) for row in rows]
+    native = dialect in _NATIVE and not portable
+    size = _CHUNK if native else _PORTABLE_CHUNK
+    for start in range(0, len(stamped), size):
+        chunk = stamped[start : start + size]
+        if native:
+            await session.execute(_on_conflict(dialect, table, chunk, keys, touch))
+        else:
+            for statement in await _portable(session, table, chunk, keys, touch):
+                await session.execute(statement)
+
+
+def _on_conflict(
+    dialect: str,
+    table: Table,
+    rows: list[dict[str, Any]],
+    keys: Sequence[str],
+    touch: str | None,
+) -> Executable:
+    builder = postgresql.insert if dialect == "postgresql" else sqlite.insert
+    stmt = builder(table).values(rows)
+    compared = [name for name in rows[0] if name not in keys and name != touch]
+    changed = or_(*(table.c[name].is_distinct_from(stmt.excluded[name]) for name in compared))
+    values = {name: stmt.excluded[name] for name in [*compared, *([touch] if touch else [])]}
+    return stmt.on_conflict_do_update(index_elements=list(keys), set_=values, where=changed)
+
+
+async def _portable(
+    session: AsyncSession,
+    table: Table,
+    rows: list[dict[str, Any]],
+    keys: Sequence[str],
+    touch: str | None,
+) -> list[Executable]:
+    found = await session.execute(select(table).where(_any_key(table, rows, keys)))
+    existing = {tuple(r._mapping[k] for k in keys): dict(r._mapping) for r in found}
+    return portable_statements(table, rows, keys=keys, existing=existing, touch=touch)
+
+
+def portable_statements(
+    table: Table,
+    rows: Iterable[Mapping[str, Any]],
+    *,
+    keys: Sequence[str],
+    existing: Mapping[tuple[Any, ...], Mapping[str, Any]],
+    touch: str | None = None,
+) -> list[Executable]:
+    """The ``UPDATE``/``INSERT`` statements of the portable path, given the rows already stored.
+
+    Pure (no database), so it can be compiled for any dialect, e.g. ``mssql``.
+    """
+    inserts: list[dict[str, Any]] = []
+    statements: list[Executable] = []
+    for row in rows:
+        key = tuple(row[k] for k in keys)
+        stored = existing.get(key)
+        if stored is None:
+            inserts.append(dict(row))
+            continue
+        changes = {
+            name: value
+            for name, value in row.items()
+            if name not in keys and name != touch and stored[name] != value
+        }
+        if changes:
+            if touch:
+                changes[touch] = row[touch]
+            where = and_(*(table.c[k] == row[k] for k in keys))
+            statements.append(update(table).where(where).values(changes))
+    if inserts:
+        statements.append(insert(table).values(inserts))
+    return statements
+
+
+def _any_key(table: Table, rows: list[dict[str, Any]], keys: Sequence[str]) -> ColumnElement[bool]:
+    if not rows:
+        return false()
+    return or_(*(and_(*(table.c[k] == row[k] for k in keys)) for row in rows))
