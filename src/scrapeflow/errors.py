@@ -27,6 +27,11 @@ The tree::
     │   └── ProxyListUnavailable            a provider's list could not be fetched
     ├── JsError                             JavaScript run by scrapeflow.js failed (code, not input)
     ├── VaultError                          bank credentials cannot be encrypted or decrypted
+    ├── BankingError                        bank aggregation (``scrapeflow.banking``)
+    │   ├── AccessFailed                    one access's scrape ended with a result code
+    │   ├── RefreshInProgress               the customer is already being refreshed
+    │   ├── SessionExpired                  the bank ended the session: log in again, go on
+    │   └── UnknownScraper (LookupError)    no scraper is registered under that bank code
     ├── StorageError                        the blob store cannot be used as asked
     │   ├── StoreUnavailable                no such bucket, access denied, endpoint down
     │   ├── ObjectNotFound (KeyError)       nothing stored under that name (content, fetch log)
@@ -40,6 +45,8 @@ executor raising ``RuntimeError`` fails its task without stopping the run.
 from __future__ import annotations
 
 __all__ = [
+    "AccessFailed",
+    "BankingError",
     "Banned",
     "CaptchaDetected",
     "ConfigError",
@@ -57,10 +64,12 @@ __all__ = [
     "ProxiesNotLoaded",
     "ProxyError",
     "ProxyListUnavailable",
+    "RefreshInProgress",
     "RetryBudgetExhausted",
     "ScrapeError",
     "ScrapeflowError",
     "SessionError",
+    "SessionExpired",
     "StatusCorrupt",
     "StatusError",
     "StorageCorrupt",
@@ -68,6 +77,7 @@ __all__ = [
     "StoreUnavailable",
     "TaskConflict",
     "TaskNotFound",
+    "UnknownScraper",
     "ValidationFailed",
     "VaultError",
 ]
@@ -184,6 +194,41 @@ class InvalidAccount(InputError):
 
 class VaultError(ScrapeflowError):
     """Bank credentials cannot be encrypted or decrypted; the message never holds a secret."""
+
+
+class BankingError(ScrapeflowError):
+    """Bank aggregation (``scrapeflow.banking``) cannot do what was asked."""
+
+
+class AccessFailed(BankingError):
+    """One access's scrape ended with ``code`` (a :class:`~scrapeflow.banking.ResultCode`).
+
+    ``detail`` says what the scraper saw (a page, a message of the bank); it never holds a
+    credential. Scrapers raise it; the launcher stores the code and the detail on the access.
+    """
+
+    def __init__(self, code: str, detail: str = "") -> None:
+        super().__init__(f"{code}: {detail}" if detail else str(code))
+        self.code = code
+        self.detail = detail
+
+
+class RefreshInProgress(BankingError):
+    """The customer (or access) is already being refreshed; the watchdog frees a stuck one."""
+
+
+class SessionExpired(BankingError):
+    """The bank ended the session mid-scrape (a redirect to its login page, an expired token).
+
+    Scrapers raise it from a page fetch; ``BasicScraper.in_session`` logs in again and retries.
+    """
+
+
+class UnknownScraper(BankingError, LookupError):
+    """No scraper is registered (entry point ``scrapeflow.banks``) under that bank code."""
+
+    def __str__(self) -> str:
+        return str(self.args[0]) if self.args else ""
 
 
 class JsError(ScrapeflowError):

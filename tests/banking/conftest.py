@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import os
 import uuid
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 
 import asyncpg
@@ -17,8 +17,9 @@ import pytest
 from sqlalchemy.engine import make_url
 from sqlalchemy.ext.asyncio import AsyncSession
 
-from scrapeflow.banking import Access, Customer, FinancialEntity
-from scrapeflow.db import create_engine, migrate, session_factory
+from scrapeflow.banking import Access, Customer, FinancialEntity, migrate
+from scrapeflow.db import create_engine, session_factory
+from scrapeflow.sandbox import Sandbox, SandboxConfig
 
 _PG_ADMIN = "postgresql://postgres@127.0.0.1:5432/test"
 
@@ -82,3 +83,11 @@ async def access_id(session: AsyncSession) -> int:
     session.add(access)
     await session.commit()
     return access.id
+
+
+@pytest.fixture
+def sandbox() -> Iterator[Sandbox]:
+    """A fresh sandbox (no hostility, 0-2 ms latency, its clock at the epoch) in a thread."""
+    config = SandboxConfig(hostility="none", latency_ms=(0, 2), customers=1000)
+    with Sandbox.in_thread(config) as running:
+        yield running

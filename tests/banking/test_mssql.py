@@ -72,8 +72,10 @@ def test_the_movement_upsert_compiles_for_mssql():
 def test_the_migration_renders_for_mssql(capsys):
     from alembic import command
 
+    from scrapeflow.banking import MIGRATIONS_DIR
     from scrapeflow.db import alembic_config
 
-    command.upgrade(alembic_config("mssql+aioodbc://u@h/db"), "head", sql=True)
+    command.upgrade(alembic_config("mssql+aioodbc://u@h/db", MIGRATIONS_DIR), "head", sql=True)
     out = capsys.readouterr().out
     assert "CREATE TABLE movements" in out and "DATETIMEOFFSET" in out
+    assert "ALTER TABLE accesses ADD session_state" in out

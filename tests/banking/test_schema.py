@@ -3,8 +3,8 @@ from __future__ import annotations
 import pytest
 from sqlalchemy import inspect, text
 
-from scrapeflow.banking import Base
-from scrapeflow.db import create_engine, migrate
+from scrapeflow.banking import Base, migrate
+from scrapeflow.db import create_engine
 from scrapeflow.errors import ConfigError
 
 TABLES = {"customers", "financial_entities", "accesses", "contracts", "accounts", "movements"}
@@ -24,7 +24,7 @@ async def test_migrate_creates_the_schema_and_is_idempotent(db_url: str) -> None
     finally:
         await engine.dispose()
     assert tables == TABLES | {"alembic_version"}
-    assert version == [("0001",)]
+    assert version == [("0002",)]
     assert {tuple(u["column_names"]) for u in movement_uniques} == {("account_id", "movement_key")}
 
 

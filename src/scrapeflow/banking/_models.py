@@ -155,8 +155,13 @@ class Access(Base):
     result_code: Mapped[ResultCode | None] = mapped_column(_enum(ResultCode, "result_code"))
     scrape_started_at: Mapped[datetime | None] = mapped_column(UTCDateTime())
     scrape_finished_at: Mapped[datetime | None] = mapped_column(UTCDateTime())
+    result_detail: Mapped[str | None] = mapped_column(Unicode(500))
+    """What the scraper saw when it failed (a bank message, a page); never a credential."""
     accounts_count: Mapped[int] = mapped_column(Integer, default=0)
     movements_count: Mapped[int] = mapped_column(Integer, default=0)
+    session_state: Mapped[bytes | None] = mapped_column(LargeBinary)
+    """A CredentialVault token of what a scraper keeps between runs: a trusted-device cookie,
+    the session waiting for a one-time code."""
 
     def __repr__(self) -> str:  # the secret is a token, but it has no place in a log either
         return f"Access(id={self.id!r}, customer_id={self.customer_id!r}, login={self.login!r})"
@@ -256,7 +261,9 @@ class AccountRecord:
     iban: str | None = None
     number: str | None = None
     alias: str = ""
-    contract_id: int | None = None
+    contract_ref: str | None = None
+    """The bank's id of the contract the account belongs to, if the bank has contracts."""
+    contract_name: str = ""
 
     def __post_init__(self) -> None:
         if self.iban is None and not self.number:
@@ -315,16 +322,40 @@ def movement_key(
 async def upsert_accounts(
     session: AsyncSession, access_id: int, accounts: Iterable[AccountRecord]
 ) -> dict[str, int]:
-    """Insert or update ``accounts`` of one access; returns ``{bank_ref: account id}``.
+    """Insert or update ``accounts`` of one access, and their contracts; ``{bank_ref: id}``.
 
-    Keyed on ``(access_id, bank_ref)``: running it twice leaves the same rows. Runs in the
-    session's transaction; the caller commits.
+    Keyed on ``(access_id, bank_ref)`` (contracts too): running it twice leaves the same rows.
+    Runs in the session's transaction; the caller commits.
     """
-    by_ref = {
-        a.bank_ref: {
+    records = {a.bank_ref: a for a in accounts}
+    contracts = {
+        a.contract_ref: {
+            "access_id": access_id,
+            "bank_ref": a.contract_ref,
+            "name": a.contract_name,
+        }
+        for a in records.values()
+        if a.contract_ref
+    }
+    contract_ids: dict[str, int] = {}
+    if contracts:
+        await upsert(
+            session,
+            cast(Table, Contract.__table__),
+            list(contracts.values()),
+            keys=("access_id", "bank_ref"),
+        )
+        found_contracts = await session.execute(
+            select(Contract.bank_ref, Contract.id).where(
+                Contract.access_id == access_id, Contract.bank_ref.in_(list(contracts))
+            )
+        )
+        contract_ids = {ref: id_ for ref, id_ in found_contracts.all()}
+    rows = [
+        {
             "access_id": access_id,
             "bank_ref": a.bank_ref,
-            "contract_id": a.contract_id,
+            "contract_id": contract_ids.get(a.contract_ref) if a.contract_ref else None,
             "iban": a.iban,
             "number": a.number,
             "alias": a.alias,
@@ -332,18 +363,16 @@ async def upsert_accounts(
             "currency": a.currency,
             "balance": a.balance,
         }
-        for a in accounts
-    }
-    rows = list(by_ref.values())
+        for a in records.values()
+    ]
     table = cast(Table, Account.__table__)
     await upsert(session, table, rows, keys=("access_id", "bank_ref"), touch="updated_at")
-    refs = [r["bank_ref"] for r in rows]
     found = await session.execute(
         select(Account.bank_ref, Account.id).where(
-            Account.access_id == access_id, Account.bank_ref.in_(refs)
+            Account.access_id == access_id, Account.bank_ref.in_(list(records))
         )
     )
-    return dict(found.all())
+    return {ref: id_ for ref, id_ in found.all()}
 
 
 async def upsert_movements(

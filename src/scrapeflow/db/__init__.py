@@ -7,19 +7,19 @@ dialect with an async ODBC driver: ``pip install aioodbc`` plus Microsoft's ODBC
 ``mssql+aioodbc://user:pw@host/db?driver=ODBC+Driver+18+for+SQL+Server``.
 
 >>> engine = create_engine("sqlite+aiosqlite:///scrapeflow.db")  # doctest: +SKIP
->>> await migrate("sqlite+aiosqlite:///scrapeflow.db")  # doctest: +SKIP
+
+The bank schema's migrations live with it: ``await scrapeflow.banking.migrate(url)``.
 """
 
 from __future__ import annotations
 
 from scrapeflow.db._engine import DEFAULT_URL, create_engine, session_factory
-from scrapeflow.db._migrate import MIGRATIONS_DIR, alembic_config, migrate
+from scrapeflow.db._migrate import alembic_config, migrate
 from scrapeflow.db._types import Money, UTCDateTime
 from scrapeflow.db._upsert import portable_statements, upsert
 
 __all__ = [
     "DEFAULT_URL",
-    "MIGRATIONS_DIR",
     "Money",
     "UTCDateTime",
     "alembic_config",

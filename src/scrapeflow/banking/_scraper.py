@@ -1,0 +1,398 @@
+"""The scraper API: :class:`BasicScraper`, in the spirit of the seed's, but async.
+
+A bank's scraper subclasses it and implements four steps; the base class runs them — log in,
+list contracts, then for every contract at once its accounts, and for every account at once its
+movements since :meth:`BasicScraper.date_from` — and hands each batch to the writer through the
+write queue as soon as it is read (balances land long before the last movement)::
+
+    class MyBank(BasicScraper):
+        bank = "mybank"
+        title = "My Bank"
+
+        async def login(self) -> None: ...                      # AccessFailed if refused
+        async def contracts(self) -> Sequence[ContractInfo]: ...
+        async def accounts(self, contract: ContractInfo) -> Sequence[AccountRecord]: ...
+        async def movements(self, account, since: date) -> Sequence[MovementRecord]: ...
+
+How a scrape ends is a :class:`~scrapeflow.banking.ResultCode`: a scraper raises
+:class:`~scrapeflow.errors.AccessFailed` (``self.fail(code, detail)``) for what the bank said;
+:func:`result_for` maps everything else (a ban, a dead site, a page that no longer parses).
+"""
+
+from __future__ import annotations
+
+import abc
+import asyncio
+import time
+from collections.abc import Awaitable, Callable, Sequence
+from dataclasses import dataclass, field
+from datetime import date, timedelta
+from typing import Any, ClassVar, NoReturn, TypeVar
+
+import yarl
+
+from scrapeflow._logging import get_logger
+from scrapeflow.banking._events import EventKind
+from scrapeflow.banking._models import AccountRecord, MovementRecord
+from scrapeflow.banking._results import ResultCode
+from scrapeflow.banking._vault import CredentialVault
+from scrapeflow.banking._writequeue import WriteQueue
+from scrapeflow.banking._writer import SyncWindow, Writer
+from scrapeflow.errors import (
+    AccessFailed,
+    Banned,
+    FetchError,
+    InvalidAccount,
+    SessionExpired,
+)
+from scrapeflow.http import HttpClient, Response, ScrapeSession
+
+__all__ = [
+    "AccessSink",
+    "BasicScraper",
+    "ContractInfo",
+    "Credential",
+    "IncrementalPolicy",
+    "ScrapeContext",
+    "result_for",
+]
+
+T = TypeVar("T")
+_log = get_logger(__name__)
+
+
+@dataclass(frozen=True, slots=True)
+class IncrementalPolicy:
+    """Where an account's scrape starts.
+
+    A new account: ``initial_days`` before today. Otherwise the newest stored movement's date
+    minus ``overlap_days`` (movements the bank booked late under an older date are re-read), and
+    never later than the oldest movement still pending (so its posting is seen).
+    """
+
+    initial_days: int = 14
+    overlap_days: int = 3
+
+    def __post_init__(self) -> None:
+        if self.initial_days < 0 or self.overlap_days < 0:
+            raise ValueError("initial_days and overlap_days must not be negative")
+
+    def date_from(self, today: date, window: SyncWindow) -> date:
+        if window.last_operation_date is None:
+            return today - timedelta(days=self.initial_days)
+        start = window.last_operation_date - timedelta(days=self.overlap_days)
+        if window.oldest_pending is not None:
+            start = min(start, window.oldest_pending)
+        return min(start, today)
+
+
+class Credential:
+    """An access's password, kept encrypted until the scraper asks for it; never printed."""
+
+    __slots__ = ("_token", "_vault")
+
+    def __init__(self, vault: CredentialVault, token: bytes) -> None:
+        self._vault = vault
+        self._token = token
+
+    def reveal(self) -> str:
+        """The password, decrypted now. Use it at once; do not keep it on an object."""
+        return self._vault.decrypt(self._token)
+
+    def __repr__(self) -> str:
+        return "Credential(<hidden>)"
+
+
+class AccessSink:
+    """A scraper's way to the database: batches go through the write queue to the writer.
+
+    Counts what landed and reports each batch (``on_batch``) once it is stored.
+    """
+
+    def __init__(
+        self,
+        writer: Writer,
+        queue: WriteQueue,
+        access_id: int,
+        on_batch: Callable[[EventKind, str | None, int], Awaitable[None]] | None = None,
+    ) -> None:
+        self.writer = writer
+        self.queue = queue
+        self.access_id = access_id
+        self.on_batch = on_batch
+        self.accounts = 0
+        self.movements = 0
+        self.started = time.monotonic()
+        self.balances_at: float | None = None
+        """Seconds from the start to the latest accounts batch landing."""
+
+    async def write_accounts(self, accounts: Sequence[AccountRecord]) -> None:
+        if not accounts:
+            return
+        await self.queue.submit(lambda: self.writer.write_accounts(self.access_id, accounts))
+        self.accounts += len(accounts)
+        self.balances_at = time.monotonic() - self.started
+        if self.on_batch is not None:
+            await self.on_batch(EventKind.ACCOUNTS, None, len(accounts))
+
+    async def write_movements(self, account_ref: str, movements: Sequence[MovementRecord]) -> None:
+        if movements:
+            await self.queue.submit(
+                lambda: self.writer.write_movements(self.access_id, account_ref, movements)
+            )
+        self.movements += len(movements)
+        if self.on_batch is not None:
+            await self.on_batch(EventKind.MOVEMENTS, account_ref, len(movements))
+
+    async def sync_window(self, account_ref: str) -> SyncWindow:
+        return await self.writer.sync_window(self.access_id, account_ref)
+
+
+@dataclass(slots=True)
+class ScrapeContext:
+    """Everything a scraper gets from the launcher for one access."""
+
+    access_id: int
+    login: str
+    credential: Credential
+    base_url: str
+    http: HttpClient
+    sink: AccessSink
+    today: date
+    policy: IncrementalPolicy = field(default_factory=IncrementalPolicy)
+    state: dict[str, Any] = field(default_factory=dict)
+    """Kept between runs, encrypted (cookies of a trusted device, a session waiting for a
+    one-time code). The scraper changes it in place; the launcher stores it after the run."""
+    otp: str | None = None
+    """A one-time code the customer supplied to finish a two-factor login."""
+
+
+@dataclass(frozen=True, slots=True)
+class ContractInfo:
+    """A contract as the bank lists it; ``link`` is wherever the scraper finds its accounts."""
+
+    bank_ref: str
+    name: str = ""
+    link: str | None = None
+
+
+class BasicScraper(abc.ABC):
+    """Base of every bank scraper; see the module's documentation."""
+
+    bank: ClassVar[str]
+    """The registry code: the ``scrapeflow.banks`` entry point and ``FinancialEntity.code``."""
+    title: ClassVar[str]
+    country: ClassVar[str | None] = None
+    login_attempts: ClassVar[int] = 3
+    """Logins tried when the bank answers "unavailable" before giving up on the access."""
+    relogins: ClassVar[int] = 5
+    """Times a scrape may log in again after the bank ended its session."""
+
+    def __init__(self, context: ScrapeContext) -> None:
+        self.context = context
+        self.base_url = context.base_url.rstrip("/")
+        self.http = context.http
+        self.session: ScrapeSession = context.http.session()
+        self.log = _log.bind(bank=self.bank, access_id=context.access_id)
+        self._login_lock = asyncio.Lock()
+        self._login_generation = 0
+        self._relogins = 0
+
+    # -- the steps a bank implements -------------------------------------------------------
+
+    @abc.abstractmethod
+    async def login(self) -> None:
+        """Open a session; raise :class:`AccessFailed` with the bank's reason when refused."""
+
+    @abc.abstractmethod
+    async def contracts(self) -> Sequence[ContractInfo]:
+        """The contracts the access sees (a bank without contracts returns one)."""
+
+    @abc.abstractmethod
+    async def accounts(self, contract: ContractInfo) -> Sequence[AccountRecord]:
+        """The accounts of ``contract``, with their balances."""
+
+    @abc.abstractmethod
+    async def movements(self, account: AccountRecord, since: date) -> Sequence[MovementRecord]:
+        """The movements of ``account`` operated on or after ``since`` (pending ones too)."""
+
+    async def logout(self) -> None:  # noqa: B027  (optional step)
+        """End the session at the bank (optional; failures here are ignored)."""
+
+    # -- the run -----------------------------------------------------------------------------
+
+    async def main(self) -> None:
+        """Log in, then every contract at once, every account at once; raises on failure."""
+        try:
+            await self.login_with_retries()
+            contracts = await self.in_session(self.contracts)
+            async with asyncio.TaskGroup() as group:
+                for contract in contracts:
+                    group.create_task(self.process_contract(contract))
+            self.log.info("scraped", accounts=self.sink.accounts, movements=self.sink.movements)
+            try:
+                await self.logout()
+            except Exception as exc:  # a failed logout changes nothing that was scraped
+                self.log.info("logout failed", error=type(exc).__name__)
+        finally:
+            await self.session.close()
+
+    async def process_contract(self, contract: ContractInfo) -> None:
+        accounts = await self.in_session(lambda: self.accounts(contract))
+        await self.upload_accounts(accounts)
+        async with asyncio.TaskGroup() as group:
+            for account in accounts:
+                group.create_task(self.process_account(account))
+
+    async def process_account(self, account: AccountRecord) -> None:
+        since = await self.date_from(account)
+        movements = await self.in_session(lambda: self.movements(account, since))
+        await self.upload_movements(account, movements)
+
+    # -- helpers: sessions -------------------------------------------------------------------
+
+    async def login_with_retries(self) -> None:
+        """:meth:`login`, tried again (``login_attempts`` in all) while the bank is down."""
+        for attempt in range(1, self.login_attempts + 1):
+            try:
+                await self.login()
+            except AccessFailed as exc:
+                if exc.code != ResultCode.BANK_UNAVAILABLE or attempt == self.login_attempts:
+                    raise
+                await asyncio.sleep(0.5 * attempt)
+            else:
+                self._login_generation += 1
+                return
+
+    async def in_session(self, step: Callable[[], Awaitable[T]]) -> T:
+        """Run ``step``; when it raises :class:`SessionExpired`, log in again and rerun it.
+
+        Concurrent steps that all saw the session end log in once between them.
+        """
+        while True:
+            generation = self._login_generation
+            try:
+                return await step()
+            except SessionExpired as exc:
+                async with self._login_lock:
+                    if generation == self._login_generation:
+                        self._relogins += 1
+                        if self._relogins > self.relogins:
+                            raise AccessFailed(
+                                ResultCode.BANK_UNAVAILABLE,
+                                f"the bank ended the session {self._relogins} times: {exc}",
+                            ) from exc
+                        self.log.info("session expired, logging in again", reason=str(exc))
+                        await self.login_with_retries()
+
+    # -- helpers: requests ---------------------------------------------------------------------
+
+    def url(self, path: str) -> str:
+        return path if "://" in path else f"{self.base_url}{path}"
+
+    async def request(
+        self, method: str, path: str, *, expect: Sequence[int] = (200,), **kwargs: Any
+    ) -> Response:
+        """Send through the access's session; statuses outside ``expect`` become results.
+
+        5xx after the HTTP layer's retries: bank unavailable; 429: blocked; anything else
+        unexpected (a 404 for a page that should exist): site changed.
+        """
+        response = await self.http.request(method, self.url(path), session=self.session, **kwargs)
+        if response.status in expect:
+            return response
+        where = f"{method} {yarl.URL(self.url(path)).path} answered {response.status}"
+        if response.status >= 500:
+            raise AccessFailed(ResultCode.BANK_UNAVAILABLE, where)
+        if response.status == 429:
+            raise AccessFailed(ResultCode.BLOCKED, where)
+        raise AccessFailed(ResultCode.SITE_CHANGED, where)
+
+    async def get(self, path: str, **kwargs: Any) -> Response:
+        return await self.request("GET", path, **kwargs)
+
+    async def post(self, path: str, **kwargs: Any) -> Response:
+        return await self.request("POST", path, **kwargs)
+
+    def cookies(self, *names: str) -> dict[str, str]:
+        """The session's cookies with these names (for :attr:`ScrapeContext.state`)."""
+        return {c.key: c.value for c in self.session.http.cookie_jar if c.key in names}
+
+    def set_cookies(self, cookies: dict[str, str]) -> None:
+        """Put saved cookies back into the session (a trusted device, a pending login)."""
+        if cookies:
+            self.session.http.cookie_jar.update_cookies(cookies, yarl.URL(self.base_url))
+
+    # -- helpers: the seed's basic_* ---------------------------------------------------------
+
+    @property
+    def sink(self) -> AccessSink:
+        return self.context.sink
+
+    def password(self) -> str:
+        """The access's password, decrypted now; pass it straight to the login form."""
+        return self.context.credential.reveal()
+
+    async def date_from(self, account: AccountRecord) -> date:
+        """The first day to read for ``account`` (the incremental window)."""
+        window = await self.sink.sync_window(account.bank_ref)
+        return self.context.policy.date_from(self.context.today, window)
+
+    async def upload_accounts(self, accounts: Sequence[AccountRecord]) -> None:
+        await self.sink.write_accounts(accounts)
+
+    async def upload_movements(
+        self, account: AccountRecord, movements: Sequence[MovementRecord]
+    ) -> None:
+        await self.sink.write_movements(account.bank_ref, movements)
+
+    def fail(self, code: ResultCode, detail: str = "") -> NoReturn:
+        """End the scrape with ``code``; ``detail`` is what the bank said (no secrets)."""
+        raise AccessFailed(code, detail)
+
+    def site_changed(self, detail: str) -> NoReturn:
+        """End the scrape: a page no longer looks as the scraper expects."""
+        raise AccessFailed(ResultCode.SITE_CHANGED, detail)
+
+
+def _leaves(exc: BaseException) -> list[BaseException]:
+    if isinstance(exc, BaseExceptionGroup):
+        return [leaf for inner in exc.exceptions for leaf in _leaves(inner)]
+    return [exc]
+
+
+_PRIORITY = {  # when concurrent steps fail differently, the most telling cause wins
+    ResultCode.WRONG_CREDENTIALS: 0,
+    ResultCode.USER_LOCKED: 0,
+    ResultCode.TWO_FACTOR_REQUIRED: 0,
+    ResultCode.BLOCKED: 1,
+    ResultCode.BANK_UNAVAILABLE: 2,
+    ResultCode.SITE_CHANGED: 3,
+    ResultCode.TIMEOUT: 4,
+    ResultCode.UNKNOWN: 5,
+}
+
+
+def result_for(exc: BaseException) -> tuple[ResultCode, str]:
+    """The result code and detail of a scrape that raised ``exc`` (groups unwrapped)."""
+    results = [_result_of_leaf(leaf) for leaf in _leaves(exc)]
+    return min(results, key=lambda r: _PRIORITY.get(r[0], 9))
+
+
+def _result_of_leaf(exc: BaseException) -> tuple[ResultCode, str]:
+    if isinstance(exc, AccessFailed):
+        try:
+            return ResultCode(exc.code), exc.detail
+        except ValueError:
+            return ResultCode.UNKNOWN, f"unknown result code {exc.code!r}: {exc.detail}"
+    if isinstance(exc, Banned):
+        return ResultCode.BLOCKED, f"{type(exc).__name__}: {exc}"
+    if isinstance(exc, TimeoutError) and not isinstance(exc, FetchError):
+        return ResultCode.TIMEOUT, "the scrape ran past its time limit"
+    if isinstance(exc, FetchError):
+        return ResultCode.BANK_UNAVAILABLE, f"{type(exc).__name__}: {exc}"
+    if isinstance(exc, InvalidAccount):
+        return ResultCode.SITE_CHANGED, str(exc)
+    if isinstance(exc, SessionExpired):
+        return ResultCode.BANK_UNAVAILABLE, f"session expired: {exc}"
+    return ResultCode.UNKNOWN, f"{type(exc).__name__}: {str(exc)[:300]}"

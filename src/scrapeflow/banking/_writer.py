@@ -1,0 +1,107 @@
+"""Where scraped accounts and movements go: the :class:`Writer` interface and its SQL default.
+
+A scraper never touches the database: it hands batches to a writer, through the write queue.
+:class:`SqlWriter` writes scrapeflow's own schema. An application with its own tables
+implements the three methods of :class:`Writer` instead (see ``docs/banking.md``): every write
+must be idempotent, because a refresh re-reads an overlap window and retries failed batches.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from datetime import date
+from typing import Protocol, runtime_checkable
+
+from sqlalchemy import func, select
+from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
+
+from scrapeflow.banking._models import (
+    Account,
+    AccountRecord,
+    Movement,
+    MovementRecord,
+    upsert_accounts,
+    upsert_movements,
+)
+from scrapeflow.errors import InvalidAccount
+
+__all__ = ["SqlWriter", "SyncWindow", "Writer"]
+
+
+@dataclass(frozen=True, slots=True)
+class SyncWindow:
+    """What is already stored for one account, to decide where the next scrape starts."""
+
+    last_operation_date: date | None = None
+    """The operation date of the newest stored movement (None: nothing stored yet)."""
+    oldest_pending: date | None = None
+    """The operation date of the oldest movement still stored as pending."""
+
+
+@runtime_checkable
+class Writer(Protocol):
+    """Stores what scrapers read. Each call is one batch; each must be idempotent."""
+
+    async def write_accounts(self, access_id: int, accounts: Sequence[AccountRecord]) -> None:
+        """Insert or update these accounts of ``access_id`` (keyed on ``bank_ref``)."""
+
+    async def write_movements(
+        self, access_id: int, account_ref: str, movements: Sequence[MovementRecord]
+    ) -> None:
+        """Insert or update movements of one account (keyed on ``MovementRecord.key``)."""
+
+    async def sync_window(self, access_id: int, account_ref: str) -> SyncWindow:
+        """What is stored for that account, for the incremental window."""
+
+
+class SqlWriter:
+    """The :class:`Writer` of scrapeflow's schema (``scrapeflow.banking`` models).
+
+    One transaction per batch: a batch lands whole or not at all.
+    """
+
+    def __init__(self, sessions: async_sessionmaker[AsyncSession]) -> None:
+        self.sessions = sessions
+
+    async def write_accounts(self, access_id: int, accounts: Sequence[AccountRecord]) -> None:
+        async with self.sessions() as session, session.begin():
+            await upsert_accounts(session, access_id, accounts)
+
+    async def write_movements(
+        self, access_id: int, account_ref: str, movements: Sequence[MovementRecord]
+    ) -> None:
+        async with self.sessions() as session, session.begin():
+            account_id = await _account_id(session, access_id, account_ref)
+            await upsert_movements(session, account_id, movements)
+
+    async def sync_window(self, access_id: int, account_ref: str) -> SyncWindow:
+        async with self.sessions() as session:
+            query = (
+                select(
+                    func.max(Movement.operation_date),
+                    select(func.min(Movement.operation_date))
+                    .where(Movement.account_id == Account.id, Movement.pending.is_(True))
+                    .scalar_subquery(),
+                )
+                .select_from(Account)
+                .outerjoin(Movement, Movement.account_id == Account.id)
+                .where(Account.access_id == access_id, Account.bank_ref == account_ref)
+                .group_by(Account.id)
+            )
+            row = (await session.execute(query)).first()
+        if row is None:
+            return SyncWindow()
+        return SyncWindow(last_operation_date=row[0], oldest_pending=row[1])
+
+
+async def _account_id(session: AsyncSession, access_id: int, account_ref: str) -> int:
+    found = await session.scalar(
+        select(Account.id).where(Account.access_id == access_id, Account.bank_ref == account_ref)
+    )
+    if found is None:
+        raise InvalidAccount(
+            f"movements for account {account_ref!r} of access {access_id}, which is not stored: "
+            "write the account first"
+        )
+    return found
