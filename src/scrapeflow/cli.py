@@ -25,6 +25,7 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 from rich.table import Table
 from rich.text import Text
 
+from scrapeflow._bankcli import bank_app
 from scrapeflow._console import http_table, run_async, scrape_with_display, summary_table
 from scrapeflow._jsonfile import atomic_write_bytes
 from scrapeflow._logging import configure_logging
@@ -58,6 +59,7 @@ app = typer.Typer(
     add_completion=False,
     pretty_exceptions_enable=False,
 )
+app.add_typer(bank_app, name="bank")
 out = Console()
 err = Console(stderr=True)
 

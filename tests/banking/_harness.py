@@ -50,6 +50,16 @@ async def admin(sandbox: Sandbox, bank: str, path: str, body: dict[str, Any] | N
             return await response.json()
 
 
+async def admin_delete(sandbox: Sandbox, bank: str, path: str) -> Any:
+    headers = {"Authorization": f"Bearer {sandbox.admin_token}"}
+    async with (
+        aiohttp.ClientSession() as http,
+        http.delete(sandbox.urls[bank] + path, headers=headers) as response,
+    ):
+        assert response.status == 200, (path, response.status)
+        return await response.json()
+
+
 async def credentials(sandbox: Sandbox, bank: str, n: int) -> dict[str, Any]:
     return await admin(sandbox, bank, f"/__admin/customers/{n}")
 

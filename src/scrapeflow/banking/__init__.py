@@ -6,7 +6,11 @@
   ``scrapeflow.banks``); scrapers for the sandbox's three banks ship in
   ``scrapeflow.banking.scrapers``;
 * the :class:`Writer` interface (:class:`SqlWriter` by default) and the :class:`WriteQueue`;
-* result codes (:class:`ResultCode`) and the credential vault (:class:`CredentialVault`).
+* the :class:`Launcher` (refresh a customer: one scraper per access, in parallel), its events
+  and its log file per launch; the :class:`Watchdog` that resets stuck refreshes;
+* result codes (:class:`ResultCode`) and the credential vault (:class:`CredentialVault`);
+* customers and accesses (:func:`add_customer`, :func:`add_access`), reading back
+  (:func:`accounts_of`, :func:`movements_of`) and exports (CSV, JSON, OFX).
 
 >>> from scrapeflow.banking import ResultCode
 >>> ResultCode.USER_LOCKED.message
@@ -15,13 +19,26 @@
 
 from __future__ import annotations
 
+from scrapeflow.banking._directory import (
+    AccessView,
+    AccountView,
+    MovementView,
+    accesses_of,
+    accounts_of,
+    add_access,
+    add_customer,
+    find_customer,
+    movements_of,
+)
 from scrapeflow.banking._events import EventKind, EventSink, LaunchEvent
+from scrapeflow.banking._export import to_csv, to_json, to_ofx
 from scrapeflow.banking._formats import (
     parse_amount,
     parse_es_amount,
     parse_es_date,
     parse_iso_date,
 )
+from scrapeflow.banking._launcher import AccessReport, Launcher, LaunchLimits, LaunchReport
 from scrapeflow.banking._migrate import MIGRATIONS_DIR, migrate
 from scrapeflow.banking._models import (
     Access,
@@ -53,6 +70,7 @@ from scrapeflow.banking._scraper import (
     result_for,
 )
 from scrapeflow.banking._vault import KEY_FILE_ENV, KEYS_ENV, CredentialVault, VaultError
+from scrapeflow.banking._watchdog import StuckReset, Watchdog, reset_stuck
 from scrapeflow.banking._writequeue import WriteQueue, writers_for
 from scrapeflow.banking._writer import SqlWriter, SyncWindow, Writer
 
@@ -62,10 +80,13 @@ __all__ = [
     "KEY_FILE_ENV",
     "MIGRATIONS_DIR",
     "Access",
+    "AccessReport",
     "AccessSink",
+    "AccessView",
     "Account",
     "AccountRecord",
     "AccountType",
+    "AccountView",
     "Base",
     "BasicScraper",
     "Contract",
@@ -79,26 +100,42 @@ __all__ = [
     "IncrementalPolicy",
     "InvalidAccount",
     "LaunchEvent",
+    "LaunchLimits",
+    "LaunchReport",
+    "Launcher",
     "Movement",
     "MovementRecord",
+    "MovementView",
     "ResultCode",
     "ScrapeContext",
     "ScrapeState",
     "SqlWriter",
+    "StuckReset",
     "SyncWindow",
     "VaultError",
+    "Watchdog",
     "WriteQueue",
     "Writer",
+    "accesses_of",
+    "accounts_of",
+    "add_access",
+    "add_customer",
+    "find_customer",
     "get_scraper",
     "migrate",
     "movement_key",
+    "movements_of",
     "parse_amount",
     "parse_es_amount",
     "parse_es_date",
     "parse_iso_date",
     "register",
+    "reset_stuck",
     "result_for",
     "scrapers",
+    "to_csv",
+    "to_json",
+    "to_ofx",
     "upsert_accounts",
     "upsert_movements",
     "validate_currency",

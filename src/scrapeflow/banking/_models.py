@@ -350,7 +350,7 @@ async def upsert_accounts(
                 Contract.access_id == access_id, Contract.bank_ref.in_(list(contracts))
             )
         )
-        contract_ids = {ref: id_ for ref, id_ in found_contracts.all()}
+        contract_ids = dict(found_contracts.all())
     rows = [
         {
             "access_id": access_id,
@@ -372,7 +372,7 @@ async def upsert_accounts(
             Account.access_id == access_id, Account.bank_ref.in_(list(records))
         )
     )
-    return {ref: id_ for ref, id_ in found.all()}
+    return dict(found.all())
 
 
 async def upsert_movements(

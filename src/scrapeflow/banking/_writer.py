@@ -77,21 +77,21 @@ class SqlWriter:
 
     async def sync_window(self, access_id: int, account_ref: str) -> SyncWindow:
         async with self.sessions() as session:
-            query = (
-                select(
-                    func.max(Movement.operation_date),
-                    select(func.min(Movement.operation_date))
-                    .where(Movement.account_id == Account.id, Movement.pending.is_(True))
-                    .scalar_subquery(),
+            account_id = await session.scalar(
+                select(Account.id).where(
+                    Account.access_id == access_id, Account.bank_ref == account_ref
                 )
-                .select_from(Account)
-                .outerjoin(Movement, Movement.account_id == Account.id)
-                .where(Account.access_id == access_id, Account.bank_ref == account_ref)
-                .group_by(Account.id)
             )
-            row = (await session.execute(query)).first()
-        if row is None:
-            return SyncWindow()
+            if account_id is None:
+                return SyncWindow()
+            row = (
+                await session.execute(
+                    select(
+                        func.max(Movement.operation_date),
+                        func.min(Movement.operation_date).filter(Movement.pending.is_(True)),
+                    ).where(Movement.account_id == account_id)
+                )
+            ).one()
         return SyncWindow(last_operation_date=row[0], oldest_pending=row[1])
 
 

@@ -1,0 +1,47 @@
+"""One log file per launch (the seed's habit): JSON lines, its name says whose and when.
+
+``{log_dir}/{YYYYmmddTHHMMSSZ}_customer-{external id}_{launch id}.log``. Values are scrubbed of
+URL credentials like every scrapeflow log; scrapers never hand it a password.
+"""
+
+from __future__ import annotations
+
+import re
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import IO, Any
+
+import orjson
+
+from scrapeflow._redact import redact_value
+
+__all__ = ["LaunchLog"]
+
+_UNSAFE = re.compile(r"[^A-Za-z0-9_.-]+")
+
+
+class LaunchLog:
+    """Appends JSON lines to the launch's file (or nowhere, without a directory)."""
+
+    def __init__(self, log_dir: Path | None, *, external_id: str, launch_id: str) -> None:
+        self.path: Path | None = None
+        self._file: IO[bytes] | None = None
+        if log_dir is not None:
+            log_dir.mkdir(parents=True, exist_ok=True)
+            stamp = datetime.now(UTC).strftime("%Y%m%dT%H%M%SZ")
+            customer = _UNSAFE.sub("_", external_id)[:60]
+            self.path = log_dir / f"{stamp}_customer-{customer}_{launch_id}.log"
+            self._file = self.path.open("ab")
+
+    def write(self, event: str, **fields: Any) -> None:
+        if self._file is None:
+            return
+        record = {"at": datetime.now(UTC).isoformat(), "event": event}
+        record.update({k: redact_value(v) for k, v in fields.items()})
+        self._file.write(orjson.dumps(record, default=str, option=orjson.OPT_NON_STR_KEYS) + b"\n")
+        self._file.flush()
+
+    def close(self) -> None:
+        if self._file is not None:
+            self._file.close()
+            self._file = None

@@ -1,0 +1,311 @@
+"""The launcher against the sandbox's three banks: exact data, incremental runs, result codes,
+limits, events, the launch log, and that no password is written anywhere."""
+
+from __future__ import annotations
+
+import asyncio
+from datetime import date, timedelta
+from pathlib import Path
+
+import pytest
+from sqlalchemy import select, text
+
+from scrapeflow.banking import (
+    Access,
+    Customer,
+    EventKind,
+    Launcher,
+    LaunchEvent,
+    LaunchLimits,
+    ResultCode,
+    ScrapeState,
+    accesses_of,
+    add_access,
+    add_customer,
+    migrate,
+    register,
+)
+from scrapeflow.banking.scrapers.formbank import FormBankScraper
+from scrapeflow.db import create_engine, session_factory
+from scrapeflow.errors import RefreshInProgress
+from scrapeflow.sandbox import Sandbox
+
+from . import _harness as h
+
+BANKS = ("formbank", "apibank", "legacybank")
+
+
+async def _customer(db_url: str, sandbox: Sandbox, n: int, banks=BANKS) -> dict[str, dict]:
+    """Customer ``cust-n`` with an access at each bank; {bank: {access_id, username, password}}."""
+    engine = create_engine(db_url)
+    sessions = session_factory(engine)
+    try:
+        await add_customer(sessions, f"cust-{n}", f"Customer {n}")
+        found = {}
+        for bank in banks:
+            cred = await h.credentials(sandbox, bank, n)
+            access_id = await add_access(
+                sessions, h.VAULT, f"cust-{n}", bank, cred["username"], cred["password"]
+            )
+            found[bank] = {**cred, "access_id": access_id}
+        return found
+    finally:
+        await engine.dispose()
+
+
+def _launcher(db_url: str, sandbox: Sandbox, tmp_path: Path, **kwargs) -> Launcher:
+    kwargs.setdefault("http", None)
+    return Launcher(
+        db_url,
+        vault=h.VAULT,
+        bank_urls=sandbox.urls,
+        today=lambda: sandbox.clock.now().date(),
+        log_dir=tmp_path / "logs",
+        **kwargs,
+    )
+
+
+async def _assert_exact(db_url, sandbox, accesses, since: date) -> int:
+    compared = 0
+    for bank, info in accesses.items():
+        accounts, movements = await h.stored(db_url, info["access_id"])
+        expected = await h.truth(sandbox, bank, info["username"], since=since)
+        compared += h.assert_exact(accounts, movements, expected, since=since)
+    return compared
+
+
+async def test_refresh_stores_every_bank_exactly_and_marks_the_customer(
+    db_url: str, sandbox: Sandbox, tmp_path: Path
+) -> None:
+    await migrate(db_url)
+    accesses = await _customer(db_url, sandbox, 1)
+    events: list[LaunchEvent] = []
+    async with _launcher(db_url, sandbox, tmp_path, on_event=events.append) as launcher:
+        report = await launcher.refresh("cust-1")
+
+    assert [a.code for a in report.accesses] == [ResultCode.SUCCESS] * 3, report
+    since = sandbox.clock.now().date() - timedelta(days=14)
+    assert await _assert_exact(db_url, sandbox, accesses, since) > 0
+    assert all(a.accounts > 0 and a.balances_seconds is not None for a in report.accesses)
+
+    engine = create_engine(db_url)
+    try:
+        async with session_factory(engine)() as session:
+            customer = await session.scalar(select(Customer))
+            rows = (await session.scalars(select(Access).order_by(Access.id))).all()
+    finally:
+        await engine.dispose()
+    assert customer.scrape_state is ScrapeState.ALL_UPDATED
+    assert customer.scrape_finished_at is not None
+    assert [(r.result_code, r.scrape_state) for r in rows] == [
+        (ResultCode.SUCCESS, ScrapeState.IDLE)
+    ] * 3
+    assert [r.accounts_count for r in rows] == [a.accounts for a in report.accesses]
+
+    # events: started first, finished last; each access's batches before its own end
+    kinds = [e.kind for e in events]
+    assert kinds[0] is EventKind.LAUNCH_STARTED and kinds[-1] is EventKind.LAUNCH_FINISHED
+    for access in report.accesses:
+        own = [e.kind for e in events if e.access_id == access.access_id]
+        assert own[0] is EventKind.ACCOUNTS and own[-1] is EventKind.ACCESS_FINISHED
+        assert (
+            sum(
+                e.count
+                for e in events
+                if e.access_id == access.access_id and e.kind is EventKind.MOVEMENTS
+            )
+            == access.movements
+        )
+
+    # one log file, named after the customer and the launch
+    logs = list((tmp_path / "logs").iterdir())
+    assert [p.name for p in logs] == [report.log_file.name]
+    assert "customer-cust-1" in logs[0].name and report.launch_id in logs[0].name
+    log_text = logs[0].read_text()
+    assert '"launch finished"' in log_text and '"access finished"' in log_text
+
+
+async def test_five_incremental_runs_with_the_clock_moving(
+    db_url: str, sandbox: Sandbox, tmp_path: Path
+) -> None:
+    await migrate(db_url)
+    accesses = await _customer(db_url, sandbox, 3)
+    first_day = sandbox.clock.now().date() - timedelta(days=14)
+    movements_read = []
+    async with _launcher(db_url, sandbox, tmp_path) as launcher:
+        for run in range(5):
+            if run:
+                sandbox.clock.advance(timedelta(days=1, hours=5))
+            report = await launcher.refresh("cust-3")
+            assert report.ok, report
+            movements_read.append(sum(a.movements for a in report.accesses))
+            # exact after every run: nothing missing, nothing doubled, pending ones posted
+            assert await _assert_exact(db_url, sandbox, accesses, first_day) > 0
+    # later runs read only their window, not the whole history again
+    assert max(movements_read[1:]) < movements_read[0]
+
+
+async def test_a_second_refresh_of_the_same_customer_is_refused_while_one_runs(
+    db_url: str, sandbox: Sandbox, tmp_path: Path
+) -> None:
+    await migrate(db_url)
+    await _customer(db_url, sandbox, 5, banks=("formbank",))
+    async with _launcher(db_url, sandbox, tmp_path) as launcher:
+        first = asyncio.create_task(launcher.refresh("cust-5"))
+        await asyncio.sleep(0.05)
+        with pytest.raises(RefreshInProgress, match="cust-5"):
+            await launcher.refresh("cust-5")
+        assert (await first).ok
+
+
+async def test_per_bank_limit_serialises_accesses_at_one_bank(
+    db_url: str, sandbox: Sandbox, tmp_path: Path
+) -> None:
+    await migrate(db_url)
+    await _customer(db_url, sandbox, 1, banks=("apibank",))
+    await _customer(db_url, sandbox, 3, banks=("apibank",))
+    events: list[LaunchEvent] = []
+    limits = LaunchLimits(per_bank=1)
+    async with _launcher(db_url, sandbox, tmp_path, limits=limits, on_event=events.append) as la:
+        reports = await la.refresh_many(["cust-1", "cust-3"])
+    assert all(r.ok for r in reports)
+    order = [(e.kind, e.access_id) for e in events if e.access_id is not None]
+    # with one slot, an access's batches all come before the other access's first batch
+    first_access = order[0][1]
+    finished_at = order.index((EventKind.ACCESS_FINISHED, first_access))
+    assert all(access == first_access for _, access in order[: finished_at + 1])
+
+
+async def test_two_factor_ends_the_run_then_the_code_resumes_it(
+    db_url: str, sandbox: Sandbox, tmp_path: Path
+) -> None:
+    await migrate(db_url)
+    accesses = await _customer(db_url, sandbox, 2, banks=("legacybank",))
+    access_id = accesses["legacybank"]["access_id"]
+    async with _launcher(db_url, sandbox, tmp_path) as launcher:
+        report = await launcher.refresh("cust-2")
+        assert report.accesses[0].code is ResultCode.TWO_FACTOR_REQUIRED
+        code = (
+            await h.admin(
+                sandbox, "legacybank", f"/__admin/otp/{accesses['legacybank']['username']}"
+            )
+        )["code"]
+        resumed = await launcher.scrape_access(access_id, otp=code)
+        assert resumed.code is ResultCode.SUCCESS, resumed
+        # the trusted device is remembered (encrypted): the next refresh needs no code
+        again = await launcher.refresh("cust-2")
+        assert again.ok, again
+    since = sandbox.clock.now().date() - timedelta(days=14)
+    assert await _assert_exact(db_url, sandbox, accesses, since) > 0
+
+
+async def test_result_codes_from_real_bank_behaviour(
+    db_url: str, sandbox: Sandbox, tmp_path: Path
+) -> None:
+    """Wrong password, locked user, blocked IP, maintenance, layout change, time limit."""
+    await migrate(db_url)
+    engine = create_engine(db_url)
+    sessions = session_factory(engine)
+    try:
+        await add_customer(sessions, "wrong")
+        await add_access(sessions, h.VAULT, "wrong", "formbank", "00000001R", "not-the-password")
+        await _customer(db_url, sandbox, 13, banks=("apibank",))  # n % 97 == 13: locked
+    finally:
+        await engine.dispose()
+    async with _launcher(db_url, sandbox, tmp_path) as launcher:
+        wrong = await launcher.refresh("wrong")
+        locked = await launcher.refresh("cust-13")
+    assert wrong.accesses[0].code is ResultCode.WRONG_CREDENTIALS
+    assert locked.accesses[0].code is ResultCode.USER_LOCKED
+
+    await _customer(db_url, sandbox, 1)
+    expectations = [
+        ("legacybank", "/__admin/settings", {"maintenance_rate": 1.0}, ResultCode.BANK_UNAVAILABLE),
+        ("formbank", "/__admin/settings", {"layout": 2}, ResultCode.SITE_CHANGED),
+        ("apibank", "/__admin/block", {"ip": "127.0.0.1", "seconds": 60}, ResultCode.BLOCKED),
+    ]
+    for bank, path, body, _ in expectations:
+        await h.admin(sandbox, bank, path, body)
+    async with (
+        h.fast_http() as http,
+        _launcher(db_url, sandbox, tmp_path, http=http) as launcher,
+    ):
+        report = await launcher.refresh("cust-1")
+    got = {a.bank: a.code for a in report.accesses}
+    assert got == {bank: code for bank, _, _, code in expectations}
+    assert all(a.detail for a in report.accesses)
+
+    # time limit: a slow bank and a short limit
+    sandbox.sites["apibank"].guard.latency_ms = (400, 400)
+    await h.admin_delete(sandbox, "apibank", "/__admin/block")
+    async with _launcher(
+        db_url, sandbox, tmp_path, limits=LaunchLimits(access_timeout=0.5)
+    ) as launcher:
+        slow = await launcher.scrape_access(
+            next(a.access_id for a in report.accesses if a.bank == "apibank")
+        )
+    assert slow.code is ResultCode.TIMEOUT
+
+
+async def test_a_broken_scraper_ends_unknown_and_the_others_finish(
+    db_url: str, sandbox: Sandbox, tmp_path: Path
+) -> None:
+    class BrokenScraper(FormBankScraper):
+        """A third-party scraper with a bug: it trips over its own data."""
+
+        bank = "brokenbank"
+
+        async def contracts(self):
+            raise KeyError("contrato")
+
+    register(BrokenScraper)
+    await migrate(db_url)
+    accesses = await _customer(db_url, sandbox, 1, banks=("apibank",))
+    engine = create_engine(db_url)
+    try:
+        cred = await h.credentials(sandbox, "formbank", 1)
+        await add_access(
+            session_factory(engine),
+            h.VAULT,
+            "cust-1",
+            "brokenbank",
+            cred["username"],
+            cred["password"],
+        )
+    finally:
+        await engine.dispose()
+    urls = {**sandbox.urls, "brokenbank": sandbox.urls["formbank"]}
+    async with Launcher(
+        db_url,
+        vault=h.VAULT,
+        bank_urls=urls,
+        today=lambda: sandbox.clock.now().date(),
+        log_dir=tmp_path / "logs",
+    ) as launcher:
+        report = await launcher.refresh("cust-1")
+    codes = {a.bank: a for a in report.accesses}
+    assert codes["apibank"].code is ResultCode.SUCCESS
+    assert codes["brokenbank"].code is ResultCode.UNKNOWN
+    assert "KeyError" in codes["brokenbank"].detail
+    assert "Traceback" in report.log_file.read_text()  # the operator gets the traceback
+    assert accesses
+
+
+async def test_no_password_in_logs_state_rows_or_status(
+    db_url: str, sandbox: Sandbox, tmp_path: Path
+) -> None:
+    await migrate(db_url)
+    accesses = await _customer(db_url, sandbox, 2)  # legacy 2FA: state is saved too
+    async with _launcher(db_url, sandbox, tmp_path) as launcher:
+        await launcher.refresh("cust-2")
+    engine = create_engine(db_url)
+    try:
+        async with engine.connect() as conn:
+            dump = repr((await conn.execute(text("SELECT * FROM accesses"))).all())
+        views = await accesses_of(session_factory(engine), "cust-2")
+    finally:
+        await engine.dispose()
+    haystack = dump + repr(views) + "".join(p.read_text() for p in (tmp_path / "logs").iterdir())
+    for info in accesses.values():
+        assert info["password"] not in haystack
+    assert "two_factor_required" in haystack  # the state rows were really read
