@@ -1,0 +1,240 @@
+"""``scrapeflow bank …`` run as a user runs it (a subprocess), against the sandbox's banks."""
+
+from __future__ import annotations
+
+import csv
+import io
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+import urllib.request
+from datetime import timedelta
+from decimal import Decimal
+from pathlib import Path
+from xml.etree import ElementTree
+
+import pytest
+
+from scrapeflow.banking import CredentialVault
+from scrapeflow.sandbox import Sandbox
+
+from . import _harness as h
+
+BANKS = ("formbank", "apibank", "legacybank")
+
+
+class Cli:
+    def __init__(self, tmp_path: Path, sandbox: Sandbox) -> None:
+        self.tmp = tmp_path
+        self.manifest = tmp_path / "sandbox.json"
+        self.manifest.write_text(json.dumps(sandbox.manifest()))
+        self.db = tmp_path / "bank.db"
+        self.env = {
+            **os.environ,
+            "SCRAPEFLOW_VAULT_KEYS": CredentialVault.generate_key(),
+            "SCRAPEFLOW_DB_URL": f"sqlite+aiosqlite:///{self.db}",
+            "SCRAPEFLOW_LOG_DIR": str(tmp_path / "logs"),
+            "PYTHONUNBUFFERED": "1",
+            "COLUMNS": "200",
+        }
+        self.outputs: list[str] = []
+
+    def argv(self, *args: str) -> list[str]:
+        return [sys.executable, "-m", "scrapeflow", "bank", "--sandbox", str(self.manifest), *args]
+
+    def __call__(
+        self, *args: str, stdin: str = "", env: dict | None = None, timeout: float = 90
+    ) -> subprocess.CompletedProcess[str]:
+        done = subprocess.run(
+            self.argv(*args),
+            input=stdin,
+            capture_output=True,
+            text=True,
+            env=env or self.env,
+            timeout=timeout,
+        )
+        self.outputs += [done.stdout, done.stderr]
+        return done
+
+    def start(self, *args: str) -> subprocess.Popen[str]:
+        return subprocess.Popen(
+            self.argv(*args),
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            text=True,
+            env=self.env,
+        )
+
+
+def admin(sandbox: Sandbox, bank: str, path: str) -> dict:
+    request = urllib.request.Request(
+        sandbox.urls[bank] + path, headers={"Authorization": f"Bearer {sandbox.admin_token}"}
+    )
+    with urllib.request.urlopen(request) as response:
+        return json.load(response)
+
+
+def add_customer_with_accesses(cli: Cli, sandbox: Sandbox, n: int) -> dict[str, dict]:
+    assert cli("add-customer", f"cust-{n}", "--name", f"Customer {n}").returncode == 0
+    creds = {}
+    for bank in BANKS:
+        cred = admin(sandbox, bank, f"/__admin/customers/{n}")
+        done = cli(
+            "add-access",
+            f"cust-{n}",
+            bank,
+            cred["username"],
+            "--password-stdin",
+            stdin=cred["password"] + "\n",
+        )
+        assert done.returncode == 0, done.stderr
+        assert "ready" in done.stdout
+        creds[bank] = cred
+    return creds
+
+
+def test_add_refresh_list_in_every_format_and_no_password_anywhere(
+    tmp_path: Path, sandbox: Sandbox
+) -> None:
+    cli = Cli(tmp_path, sandbox)
+    creds = add_customer_with_accesses(cli, sandbox, 1)
+
+    refresh = cli("refresh", "cust-1")
+    assert refresh.returncode == 0, refresh.stdout + refresh.stderr
+    assert refresh.stdout.count("success") >= 3
+    assert "account(s)" in refresh.stdout  # live progress, batch by batch
+
+    accounts = json.loads(cli("accounts", "cust-1", "--format", "json").stdout)
+    truth = {
+        bank: admin(sandbox, bank, f"/__admin/truth/{creds[bank]['username']}") for bank in BANKS
+    }
+    assert {(a["bank"], a["bank_ref"], Decimal(a["balance"])) for a in accounts} == {
+        (bank, a["id"], Decimal(a["balance"])) for bank in BANKS for a in truth[bank]["accounts"]
+    }
+
+    since = (sandbox.clock.now() - timedelta(days=14)).date().isoformat()
+    rows = list(csv.DictReader(io.StringIO(cli("movements", "cust-1", "-f", "csv").stdout)))
+    expected = {
+        (bank, m["ref"], Decimal(m["amount"]))
+        for bank in BANKS
+        for ms in admin(sandbox, bank, f"/__admin/truth/{creds[bank]['username']}?since={since}")[
+            "movements"
+        ].values()
+        for m in ms
+    }
+    assert {(r["bank"], r["key"].removeprefix("ref:"), Decimal(r["amount"])) for r in rows} == (
+        expected
+    )
+
+    ofx = cli("movements", "cust-1", "--format", "ofx").stdout
+    root = ElementTree.fromstring(ofx.split("?>", 2)[2])
+    amounts = sorted(Decimal(t.text) for t in root.iter("TRNAMT"))
+    assert amounts == sorted(Decimal(r["amount"]) for r in rows)
+    assert len(list(root.iter("STMTRS"))) + len(list(root.iter("CCSTMTRS"))) == len(accounts)
+
+    table = cli("movements", "cust-1").stdout
+    assert f"{len(rows)} movement(s)" in table
+    status = cli("status", "cust-1").stdout
+    assert status.count("success") == 3
+
+    # the passwords are nowhere: outputs, launch logs, the database file itself
+    db_bytes = cli.db.read_bytes() + b"".join(p.read_bytes() for p in tmp_path.glob("bank.db-*"))
+    logs = "".join(p.read_text() for p in (tmp_path / "logs").iterdir())
+    for cred in creds.values():
+        assert cred["password"] not in "".join(cli.outputs) + logs
+        assert cred["password"].encode() not in db_bytes
+
+
+def test_the_password_prompt_hides_what_is_typed(tmp_path: Path, sandbox: Sandbox) -> None:
+    cli = Cli(tmp_path, sandbox)
+    assert cli("add-customer", "ana").returncode == 0
+    done = cli("add-access", "ana", "apibank", "user00001", stdin="s3cret-Pa55\n")
+    assert done.returncode == 0, done.stderr
+    assert "Password for user00001 at apibank" in done.stdout + done.stderr
+    assert "s3cret-Pa55" not in done.stdout + done.stderr
+
+
+BAD_INPUT = [
+    (("add-access", "nobody", "apibank", "u1", "--password-stdin"), "pw\n", "no customer"),
+    (("add-access", "c", "nobank", "u1", "--password-stdin"), "pw\n", "no scraper for bank"),
+    (("add-access", "c", "apibank", "u1", "--password-stdin"), "\n", "password is empty"),
+    (("add-customer", "c"), "", "already exists"),
+    (("refresh", "ghost"), "", "no customer 'ghost'"),
+    (("movements", "c", "--since", "yesterday"), "", "--since 'yesterday'"),
+    (("otp", "1", "--code-stdin"), "12ab\n", "one-time code"),
+    (("--bank-url", "formbank", "status", "c"), "", "is not NAME=URL"),
+]
+
+
+def test_bad_input_is_one_line_and_exit_2(tmp_path: Path, sandbox: Sandbox) -> None:
+    cli = Cli(tmp_path, sandbox)
+    assert cli("add-customer", "c").returncode == 0
+    for args, stdin, message in BAD_INPUT:
+        done = cli(*args, stdin=stdin)
+        assert done.returncode == 2, (args, done.stdout + done.stderr)
+        assert message in done.stderr, args
+        assert len(done.stderr.strip().splitlines()) == 1, done.stderr
+    env = {k: v for k, v in cli.env.items() if k != "SCRAPEFLOW_VAULT_KEYS"}
+    done = cli("add-access", "c", "apibank", "u", "--password-stdin", stdin="pw\n", env=env)
+    assert done.returncode == 2
+    assert "SCRAPEFLOW_VAULT_KEYS" in done.stderr
+    assert cli("status", "c").returncode == 0  # the customer is still there
+
+
+def test_kill_9_mid_refresh_then_watchdog_then_a_clean_refresh(
+    tmp_path: Path, sandbox: Sandbox
+) -> None:
+    cli = Cli(tmp_path, sandbox)
+    creds = add_customer_with_accesses(cli, sandbox, 7)  # 32 accounts at each bank
+    for bank in BANKS:
+        sandbox.sites[bank].guard.latency_ms = (150.0, 250.0)
+    process = cli.start("refresh", "cust-7")
+    try:
+        assert process.stdout is not None
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline:  # wait until batches have landed
+            line = process.stdout.readline()
+            if "account(s)" in line:
+                break
+        else:
+            pytest.fail("no batch landed within 60 s")
+        process.send_signal(signal.SIGKILL)
+        process.wait(timeout=10)
+    finally:
+        if process.poll() is None:
+            process.kill()
+            process.wait(timeout=10)
+        if process.stdout is not None:
+            process.stdout.close()
+    for bank in BANKS:
+        sandbox.sites[bank].guard.latency_ms = (0.0, 2.0)
+
+    blocked = cli("refresh", "cust-7")
+    assert blocked.returncode == 2
+    assert "already being refreshed" in blocked.stderr
+    assert "in_progress" in cli("status", "cust-7").stdout
+
+    reset = cli("watchdog", "--limit", "0")
+    assert reset.returncode == 0
+    assert "reset 3 access(es) and 1 customer(s)" in reset.stdout
+    assert cli("status", "cust-7").stdout.count("timeout") == 3
+
+    again = cli("refresh", "cust-7", "--quiet")
+    assert again.returncode == 0, again.stdout + again.stderr
+
+    # exact, without a duplicate, after the interrupted run and the complete one
+    import asyncio
+
+    async def check() -> int:
+        since = sandbox.clock.now().date() - timedelta(days=14)
+        compared = 0
+        for access_id, bank in enumerate(BANKS, start=1):
+            accounts, movements = await h.stored(cli.env["SCRAPEFLOW_DB_URL"], access_id)
+            expected = await h.truth(sandbox, bank, creds[bank]["username"], since=since)
+            compared += h.assert_exact(accounts, movements, expected, since=since)
+        return compared
+
+    assert asyncio.run(check()) > 0

@@ -1,0 +1,218 @@
+"""The legacy bank's scraper against the sandbox: what a user of the service ends up seeing.
+
+Results, details and the stored accounts and movements, compared with the bank's ground truth;
+the SMS-code flow across runs (a pending session, the trusted device, its expiry).
+"""
+
+from __future__ import annotations
+
+import logging
+from datetime import timedelta
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from scrapeflow.banking import IncrementalPolicy, ResultCode, migrate
+from scrapeflow.sandbox import Sandbox
+from tests.banking import _harness as harness
+
+BANK = "legacybank"
+
+
+@pytest.fixture
+async def sqlite_url(tmp_path: Path) -> str:
+    """A migrated SQLite database (the flows below do not depend on the backend)."""
+    url = f"sqlite+aiosqlite:///{tmp_path / 'legacy.db'}"
+    await migrate(url)
+    return url
+
+
+async def _access(sandbox: Sandbox, db_url: str, n: int) -> tuple[int, dict[str, Any]]:
+    cred = await harness.credentials(sandbox, BANK, n)
+    access_id = await harness.add_access(db_url, BANK, n, cred["username"], cred["password"])
+    return access_id, cred
+
+
+async def _scrape(
+    sandbox: Sandbox, db_url: str, access_id: int, cred: dict[str, Any], **kwargs: Any
+) -> harness.Scraped:
+    return await harness.scrape_once(
+        sandbox, db_url, BANK, access_id, login=cred["username"], **kwargs
+    )
+
+
+async def _assert_matches_truth(
+    sandbox: Sandbox, db_url: str, access_id: int, username: str, days: int
+) -> int:
+    since = await harness.sandbox_today(sandbox, BANK) - timedelta(days=days)
+    expected = await harness.truth(sandbox, BANK, username, since=since)
+    accounts, movements = await harness.stored(db_url, access_id)
+    return harness.assert_exact(accounts, movements, expected, since=since)
+
+
+# -- exact scrapes --------------------------------------------------------------------------------
+
+
+async def test_scrape_matches_truth(sandbox: Sandbox, db_url: str) -> None:
+    await migrate(db_url)
+    for n in (1, 7):  # no two-factor; 7 has 8 contracts of 4 accounts
+        access_id, cred = await _access(sandbox, db_url, n)
+        result = await _scrape(sandbox, db_url, access_id, cred)
+        assert (result.code, result.detail) == (ResultCode.SUCCESS, "")
+        assert result.accounts > 0 and result.movements > 0
+        compared = await _assert_matches_truth(sandbox, db_url, access_id, cred["username"], 14)
+        assert compared == result.movements > 0
+
+
+async def test_long_window_reads_every_page(sandbox: Sandbox, sqlite_url: str) -> None:
+    access_id, cred = await _access(sandbox, sqlite_url, 3)
+    policy = IncrementalPolicy(initial_days=60)
+    result = await _scrape(sandbox, sqlite_url, access_id, cred, policy=policy)
+    assert (result.code, result.detail) == (ResultCode.SUCCESS, "")
+    since = await harness.sandbox_today(sandbox, BANK) - timedelta(days=60)
+    expected = await harness.truth(sandbox, BANK, cred["username"], since=since)
+    assert max(len(rows) for rows in expected["movements"].values()) > 25  # several pages
+    accounts, movements = await harness.stored(sqlite_url, access_id)
+    compared = harness.assert_exact(accounts, movements, expected, since=since)
+    assert compared == result.movements
+
+
+# -- two-factor ---------------------------------------------------------------------------------
+
+
+async def test_one_time_code_then_trusted_device(sandbox: Sandbox, sqlite_url: str) -> None:
+    access_id, cred = await _access(sandbox, sqlite_url, 2)
+    assert cred["otp_required"]
+    first = await _scrape(sandbox, sqlite_url, access_id, cred)
+    assert first.code == ResultCode.TWO_FACTOR_REQUIRED
+    assert "SMS" in first.detail
+    assert first.state.get("pending") and cred["password"] not in str(first.state)
+    assert first.accounts == 0
+
+    code = (await harness.admin(sandbox, BANK, f"/__admin/otp/{cred['username']}"))["code"]
+    second = await _scrape(sandbox, sqlite_url, access_id, cred, otp=code, state=first.state)
+    assert (second.code, second.detail) == (ResultCode.SUCCESS, "")
+    await _assert_matches_truth(sandbox, sqlite_url, access_id, cred["username"], 14)
+    assert "pending" not in second.state
+    assert second.state["cookies"]["DISPOSITIVO"]
+    assert cred["password"] not in str(second.state)
+
+    third = await _scrape(sandbox, sqlite_url, access_id, cred, state=second.state)
+    assert (third.code, third.detail) == (ResultCode.SUCCESS, "")  # the trusted device
+
+    await harness.admin(sandbox, BANK, "/__admin/clock", {"days": 91})
+    expired = await _scrape(sandbox, sqlite_url, access_id, cred, state=third.state)
+    assert expired.code == ResultCode.TWO_FACTOR_REQUIRED
+    assert expired.state.get("pending")
+
+
+async def test_wrong_code(sandbox: Sandbox, sqlite_url: str) -> None:
+    access_id, cred = await _access(sandbox, sqlite_url, 6)
+    first = await _scrape(sandbox, sqlite_url, access_id, cred)
+    assert first.code == ResultCode.TWO_FACTOR_REQUIRED
+    code = (await harness.admin(sandbox, BANK, f"/__admin/otp/{cred['username']}"))["code"]
+    wrong = "000000" if code != "000000" else "111111"
+    refused = await _scrape(sandbox, sqlite_url, access_id, cred, otp=wrong, state=first.state)
+    assert refused.code == ResultCode.TWO_FACTOR_REQUIRED
+    assert "Código incorrecto" in refused.detail
+    assert refused.state["pending"] == first.state["pending"]  # the same login still waits
+    # the customer sends the right code this time: the same pending login accepts it
+    right = await _scrape(sandbox, sqlite_url, access_id, cred, otp=code, state=refused.state)
+    assert (right.code, right.detail) == (ResultCode.SUCCESS, "")
+
+
+async def test_third_wrong_code_starts_a_new_login(sandbox: Sandbox, sqlite_url: str) -> None:
+    access_id, cred = await _access(sandbox, sqlite_url, 14)
+    result = await _scrape(sandbox, sqlite_url, access_id, cred)
+    first_pending = result.state["pending"]
+    for _ in range(3):
+        result = await _scrape(sandbox, sqlite_url, access_id, cred, otp="x", state=result.state)
+        assert result.code == ResultCode.TWO_FACTOR_REQUIRED
+    assert "Ha superado" in result.detail  # the bank's words; a new code was sent
+    assert result.state["pending"] != first_pending
+    code = (await harness.admin(sandbox, BANK, f"/__admin/otp/{cred['username']}"))["code"]
+    done = await _scrape(sandbox, sqlite_url, access_id, cred, otp=code, state=result.state)
+    assert (done.code, done.detail) == (ResultCode.SUCCESS, "")
+
+
+async def test_code_for_a_session_that_is_gone(sandbox: Sandbox, sqlite_url: str) -> None:
+    """A stale pending session: a fresh login is made and the bank judges the old code."""
+    access_id, cred = await _access(sandbox, sqlite_url, 10)
+    state = {"pending": {"JSESSIONID": "gone"}}
+    result = await _scrape(sandbox, sqlite_url, access_id, cred, otp="123456", state=state)
+    assert result.code == ResultCode.TWO_FACTOR_REQUIRED
+    assert "Código incorrecto" in result.detail or "caducado" in result.detail
+    assert result.state["pending"]["JSESSIONID"] != "gone"
+
+
+# -- refusals -------------------------------------------------------------------------------------
+
+
+async def test_wrong_password_and_locked_user(sandbox: Sandbox, sqlite_url: str) -> None:
+    access_id, cred = await _access(sandbox, sqlite_url, 1)
+    bad = cred["password"][::-1] + "x"
+    result = await _scrape(sandbox, sqlite_url, access_id, cred, password=bad)
+    assert result.code == ResultCode.WRONG_CREDENTIALS
+    assert result.detail == "Usuario o contraseña incorrectos"
+    assert bad not in result.detail and cred["password"] not in result.detail
+
+    locked_id, locked = await _access(sandbox, sqlite_url, 13)
+    assert locked["locked"]
+    result = await _scrape(sandbox, sqlite_url, locked_id, locked)
+    assert result.code == ResultCode.USER_LOCKED
+    assert "bloqueado" in result.detail
+
+
+async def test_layout_2_is_a_site_change(sandbox: Sandbox, sqlite_url: str) -> None:
+    await harness.admin(sandbox, BANK, "/__admin/settings", {"layout": 2})
+    access_id, cred = await _access(sandbox, sqlite_url, 1)
+    result = await _scrape(sandbox, sqlite_url, access_id, cred)
+    assert result.code == ResultCode.SITE_CHANGED
+    assert result.accounts == 0
+
+
+async def test_maintenance_is_bank_unavailable(sandbox: Sandbox, sqlite_url: str) -> None:
+    await harness.admin(sandbox, BANK, "/__admin/settings", {"maintenance_rate": 1.0})
+    access_id, cred = await _access(sandbox, sqlite_url, 1)
+    result = await _scrape(sandbox, sqlite_url, access_id, cred)
+    assert result.code == ResultCode.BANK_UNAVAILABLE
+    assert "503" in result.detail
+
+
+# -- sessions and increments ----------------------------------------------------------------------
+
+
+async def test_session_expiry_mid_scrape(
+    sandbox: Sandbox, sqlite_url: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    caplog.set_level(logging.INFO)
+    await harness.admin(sandbox, BANK, "/__admin/settings", {"session_max_requests": 5})
+    access_id, cred = await _access(sandbox, sqlite_url, 5)  # 5 accounts: more than a session
+    result = await _scrape(sandbox, sqlite_url, access_id, cred)
+    assert (result.code, result.detail) == (ResultCode.SUCCESS, "")
+    assert any("session expired" in record.getMessage() for record in caplog.records)
+    compared = await _assert_matches_truth(sandbox, sqlite_url, access_id, cred["username"], 14)
+    assert compared == result.movements > 0
+
+
+async def test_incremental_scrape(sandbox: Sandbox, sqlite_url: str) -> None:
+    access_id, cred = await _access(sandbox, sqlite_url, 3)
+    start = await harness.sandbox_today(sandbox, BANK) - timedelta(days=14)
+    first = await _scrape(sandbox, sqlite_url, access_id, cred)
+    assert first.code == ResultCode.SUCCESS, first.detail
+    _, before = await harness.stored(sqlite_url, access_id)
+    pending_before = {m.movement_key for rows in before.values() for m in rows if m.pending}
+    assert pending_before  # something to see posted
+
+    await harness.admin(sandbox, BANK, "/__admin/clock", {"days": 3})
+    second = await _scrape(sandbox, sqlite_url, access_id, cred)
+    assert second.code == ResultCode.SUCCESS, second.detail
+
+    expected = await harness.truth(sandbox, BANK, cred["username"], since=start)
+    accounts, movements = await harness.stored(sqlite_url, access_id)
+    harness.assert_exact(accounts, movements, expected, since=start)
+    keys = [m.movement_key for rows in movements.values() for m in rows]
+    assert len(keys) == len(set(keys))
+    posted = {m.movement_key for rows in movements.values() for m in rows if not m.pending}
+    assert pending_before & posted  # pending movements were updated in place once booked
