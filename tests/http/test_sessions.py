@@ -385,3 +385,28 @@ async def test_pooled_sessions_steer_work_away_from_a_stuck_proxy(
         done = await run
     assert sorted(done) == sorted(tasks)
     assert through_good_while_stuck >= 20
+
+
+async def test_a_post_after_a_get_through_tinyproxy_goes_through(two_proxies) -> None:
+    """tinyproxy closes the connection after each answer; the POST that follows a GET is written
+    to that dead pooled connection and never reaches the server: it is sent again, once."""
+    posts = []
+
+    async def form(request: web.Request) -> web.Response:
+        return web.Response(text="<form>")
+
+    async def login(request: web.Request) -> web.Response:
+        posts.append(dict(await request.post()))
+        return web.Response(text="welcome")
+
+    app = web.Application()
+    app.router.add_get("/login", form)
+    app.router.add_post("/login", login)
+    provider = ProxyProviderFromList([two_proxies[GOOD]])
+    async with serve_app(app) as url, HttpClient(HttpConfig(), proxy_provider=provider) as http:
+        session = http.session()
+        for _ in range(3):
+            assert (await http.request("GET", f"{url}/login", session=session)).status == 200
+            answer = await http.request("POST", f"{url}/login", session=session, data={"u": "a"})
+            assert answer.text() == "welcome"
+    assert posts == [{"u": "a"}] * 3

@@ -18,7 +18,9 @@ One attempt after another, ``request``:
 4. returns the :class:`Response` — any final status, 404 included; the caller judges it — or
    raises a :class:`~scrapeflow.errors.FetchError` once the retries are spent.
 
-Requests that are not idempotent (POST, PATCH) are sent once unless marked ``safe=True``.
+Requests that are not idempotent (POST, PATCH) are sent once unless marked ``safe=True`` — or
+unless the attempt provably never reached the server (no connection; a body written to a pooled
+connection the other side had closed), which is retried like any other.
 """
 
 from __future__ import annotations
@@ -91,6 +93,16 @@ class Response:
 
     def json(self) -> Any:
         return json.loads(self.body)
+
+
+def _never_sent(outcome: _Outcome) -> bool:
+    """Whether the failed attempt cannot have reached the server: safe to send again, even a
+    POST. No connection could be made, or the request was written to a pooled connection the
+    server (or a proxy such as tinyproxy, which closes after each answer) had already closed."""
+    error = outcome.error
+    if isinstance(error, aiohttp.ClientConnectorError):
+        return True
+    return isinstance(error, aiohttp.ClientOSError) and "Can not write request body" in str(error)
 
 
 class _Outcome:
@@ -295,7 +307,7 @@ class HttpClient:
                     await session.retire()
                 if not retryable_method or bans > policy.ban_retries:
                     raise self._final_error(outcome, url, attempt)
-            elif not retryable_method or attempt >= policy.attempts:
+            elif not (retryable_method or _never_sent(outcome)) or attempt >= policy.attempts:
                 return self._give_up(outcome, url, attempt)
             if policy.run_budget is not None and self._retries_spent >= policy.run_budget:
                 raise RetryBudgetExhausted(
