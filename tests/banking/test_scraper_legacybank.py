@@ -137,13 +137,17 @@ async def test_third_wrong_code_starts_a_new_login(sandbox: Sandbox, sqlite_url:
 
 
 async def test_code_for_a_session_that_is_gone(sandbox: Sandbox, sqlite_url: str) -> None:
-    """A stale pending session: a fresh login is made and the bank judges the old code."""
+    """A stale pending session: a fresh login asks for a new code; the old one is not spent
+    on it (it would count as a wrong attempt), and the new code then works."""
     access_id, cred = await _access(sandbox, sqlite_url, 10)
     state = {"pending": {"JSESSIONID": "gone"}}
     result = await _scrape(sandbox, sqlite_url, access_id, cred, otp="123456", state=state)
     assert result.code == ResultCode.TWO_FACTOR_REQUIRED
-    assert "Código incorrecto" in result.detail or "caducado" in result.detail
+    assert "new code" in result.detail
     assert result.state["pending"]["JSESSIONID"] != "gone"
+    code = (await harness.admin(sandbox, BANK, f"/__admin/otp/{cred['username']}"))["code"]
+    resumed = await _scrape(sandbox, sqlite_url, access_id, cred, otp=code, state=result.state)
+    assert resumed.code == ResultCode.SUCCESS, resumed.detail
 
 
 # -- refusals -------------------------------------------------------------------------------------

@@ -107,8 +107,10 @@ class LegacyBankScraper(BasicScraper):
             state.pop("pending", None)
             if "otp" in yarl.URL(response.url).query:  # too many wrong codes: a new one is due
                 notice = _message(LexborHTMLParser(_html(response)), "div.msgAviso")
-            else:  # the pending session is gone: log in afresh and try the code there
-                self._otp_posted = False
+            else:  # the pending session is gone, and its code with it: the new login gets a
+                # new code. Posting the old one there would only burn one of three attempts.
+                self._otp_posted = True
+                notice = "the code was for a login that has ended; the bank sent a new code"
         await self.get("/login.jsp")
         response = await self.post(
             "/j_security_check",
@@ -191,7 +193,8 @@ class LegacyBankScraper(BasicScraper):
             path, params=params or None, allow_redirects=False, expect=(200, 302, 303)
         )
         if response.status != 200:
-            where = response.headers.get("Location", "")
+            # The path only: a Location may carry a ;jsessionid= or a query.
+            where = yarl.URL(response.headers.get("Location", "")).path.split(";")[0]
             raise SessionExpired(f"{path} redirected to {where or 'nowhere'}")
         return LexborHTMLParser(_html(response))
 
