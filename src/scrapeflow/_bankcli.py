@@ -252,6 +252,18 @@ def _report_table(reports: list[LaunchReport]) -> Table:
         "detail",
     )
     for report in reports:
+        if report.refused:
+            table.add_row(
+                escape(report.external_id),
+                "",
+                "",
+                Text("refused", style="red"),
+                "",
+                "",
+                "",
+                "",
+                escape(report.refused),
+            )
         for a in report.accesses:
             style = "green" if a.code.ok else "red"
             table.add_row(

@@ -27,7 +27,7 @@ from scrapeflow.banking import (
 )
 from scrapeflow.banking.scrapers.formbank import FormBankScraper
 from scrapeflow.db import create_engine, session_factory
-from scrapeflow.errors import RefreshInProgress
+from scrapeflow.errors import InputError, RefreshInProgress
 from scrapeflow.sandbox import Sandbox
 
 from . import _harness as h
@@ -309,3 +309,105 @@ async def test_no_password_in_logs_state_rows_or_status(
     for info in accesses.values():
         assert info["password"] not in haystack
     assert "two_factor_required" in haystack  # the state rows were really read
+
+
+async def test_refresh_many_checks_every_customer_before_touching_any(
+    db_url: str, sandbox: Sandbox, tmp_path: Path
+) -> None:
+    await migrate(db_url)
+    await _customer(db_url, sandbox, 1, banks=("apibank",))
+    async with _launcher(db_url, sandbox, tmp_path) as launcher:
+        with pytest.raises(InputError, match="nosuch"):
+            await launcher.refresh_many(["cust-1", "nosuch"])
+    engine = create_engine(db_url)
+    try:
+        async with session_factory(engine)() as session:
+            access = await session.scalar(select(Access))
+            customer = await session.scalar(select(Customer))
+    finally:
+        await engine.dispose()
+    assert (access.scrape_state, access.result_code) == (ScrapeState.IDLE, None)
+    assert customer.scrape_state is ScrapeState.IDLE
+
+
+async def test_a_customer_already_refreshing_is_refused_the_others_run(
+    db_url: str, sandbox: Sandbox, tmp_path: Path
+) -> None:
+    await migrate(db_url)
+    await _customer(db_url, sandbox, 1, banks=("formbank",))
+    await _customer(db_url, sandbox, 3, banks=("apibank",))
+    sandbox.sites["formbank"].guard.latency_ms = (30.0, 30.0)
+    async with _launcher(db_url, sandbox, tmp_path) as launcher:
+        first = asyncio.create_task(launcher.refresh("cust-1"))
+        await asyncio.sleep(0.1)
+        reports = await launcher.refresh_many(["cust-1", "cust-3"])
+        assert (await first).ok
+    assert reports[0].refused and "already being refreshed" in reports[0].refused
+    assert not reports[0].ok and reports[0].accesses == []
+    assert reports[1].ok
+
+
+async def test_a_busy_bank_does_not_hold_slots_other_banks_need(
+    db_url: str, sandbox: Sandbox, tmp_path: Path
+) -> None:
+    """per_bank=1, overall=2: two form-bank accesses wait for their bank without taking the
+    second overall slot, so the API bank's access runs beside the first form-bank one."""
+    await migrate(db_url)
+    for n in (1, 3):
+        await _customer(db_url, sandbox, n, banks=("formbank",))
+    await _customer(db_url, sandbox, 5, banks=("formbank", "apibank"))
+    sandbox.sites["formbank"].guard.latency_ms = (40.0, 40.0)
+    events: list[LaunchEvent] = []
+    limits = LaunchLimits(per_bank=1, overall=2)
+    async with _launcher(db_url, sandbox, tmp_path, limits=limits, on_event=events.append) as la:
+        reports = await la.refresh_many(["cust-1", "cust-3", "cust-5"])
+    assert all(r.ok for r in reports)
+    seen = [(e.kind, e.bank) for e in events if e.bank]
+    api_start = seen.index((EventKind.ACCOUNTS, "apibank"))
+    first_form_end = seen.index((EventKind.ACCESS_FINISHED, "formbank"))
+    assert api_start < first_form_end
+
+
+async def test_stopping_a_launch_keeps_the_state_of_accesses_that_never_ran(
+    db_url: str, sandbox: Sandbox, tmp_path: Path
+) -> None:
+    await migrate(db_url)
+    accesses = await _customer(db_url, sandbox, 2, banks=("apibank", "legacybank"))
+    legacy_id = accesses["legacybank"]["access_id"]
+    async with _launcher(db_url, sandbox, tmp_path) as launcher:
+        await launcher.refresh("cust-2")  # legacy: 2FA, its pending login is saved
+        engine = create_engine(db_url)
+        try:
+            async with session_factory(engine)() as session:
+                saved = (await session.get(Access, legacy_id)).session_state
+            assert saved
+            sandbox.sites["apibank"].guard.latency_ms = (300.0, 300.0)
+            slow = LaunchLimits(overall=1)  # the legacy access waits behind the slow one
+            async with _launcher(db_url, sandbox, tmp_path, limits=slow) as stopping:
+                task = asyncio.create_task(stopping.refresh("cust-2"))
+                await asyncio.sleep(0.5)
+                task.cancel()
+                with pytest.raises(asyncio.CancelledError):
+                    await task
+            async with session_factory(engine)() as session:
+                after = await session.get(Access, legacy_id)
+                assert h.VAULT.decrypt(after.session_state) == h.VAULT.decrypt(saved)
+                assert after.scrape_state is ScrapeState.IDLE
+        finally:
+            await engine.dispose()
+
+
+async def test_an_access_being_resumed_is_not_scraped_twice(
+    db_url: str, sandbox: Sandbox, tmp_path: Path
+) -> None:
+    await migrate(db_url)
+    accesses = await _customer(db_url, sandbox, 1, banks=("formbank", "apibank"))
+    form_id = accesses["formbank"]["access_id"]
+    sandbox.sites["formbank"].guard.latency_ms = (30.0, 30.0)
+    async with _launcher(db_url, sandbox, tmp_path) as launcher:
+        alone = asyncio.create_task(launcher.scrape_access(form_id))
+        await asyncio.sleep(0.1)
+        report = await launcher.refresh("cust-1")
+        assert (await alone).code is ResultCode.SUCCESS
+    assert [a.bank for a in report.accesses] == ["apibank"]
+    assert "access skipped" in report.log_file.read_text()

@@ -1,4 +1,5 @@
-"""The watchdog resets only what is stuck past its limit, and says what it reset."""
+"""The watchdog resets only what a dead launch left: an access whose heartbeat stopped, and a
+customer with nothing in progress left. A long queue under a live launcher is left alone."""
 
 from __future__ import annotations
 
@@ -7,42 +8,46 @@ from datetime import UTC, datetime, timedelta
 from sqlalchemy import select
 from sqlalchemy.ext.asyncio import AsyncSession
 
-from scrapeflow.banking import (
-    Access,
-    Customer,
-    ResultCode,
-    ScrapeState,
-    reset_stuck,
-)
+from scrapeflow.banking import Access, Customer, ResultCode, ScrapeState, reset_stuck
 from scrapeflow.db import session_factory
 
 
-async def test_only_what_is_stuck_past_the_limit_is_reset(
-    session: AsyncSession, access_id: int
-) -> None:
+async def test_only_what_stopped_beating_is_reset(session: AsyncSession, access_id: int) -> None:
     now = datetime.now(UTC)
-    stuck = await session.get(Access, access_id)
-    customer = await session.get(Customer, stuck.customer_id)
-    live = Access(
-        customer_id=customer.id,
-        entity_id=stuck.entity_id,
-        login="other",
-        secret=b"tok",
-        scrape_state=ScrapeState.IN_PROGRESS,
-        scrape_started_at=now - timedelta(minutes=2),
+    long_ago, lately = now - timedelta(minutes=20), now - timedelta(minutes=1)
+    dead = await session.get(Access, access_id)
+    dead_customer = await session.get(Customer, dead.customer_id)
+    dead.scrape_state, dead.scrape_started_at, dead.heartbeat_at = (
+        ScrapeState.IN_PROGRESS,
+        long_ago,
+        long_ago,
     )
-    session.add(live)
-    stuck.scrape_state = ScrapeState.IN_PROGRESS
-    stuck.scrape_started_at = now - timedelta(minutes=20)
-    customer.scrape_state = ScrapeState.IN_PROGRESS
-    customer.scrape_started_at = now - timedelta(minutes=20)
-    customer_id, stuck_login = customer.id, stuck.login
+    dead_customer.scrape_state = ScrapeState.IN_PROGRESS
+    dead_customer.scrape_started_at = long_ago
+    # a customer queued for long under a live launcher: old start, fresh heartbeat
+    live_customer = Customer(
+        external_id="queued", scrape_state=ScrapeState.IN_PROGRESS, scrape_started_at=long_ago
+    )
+    session.add(live_customer)
+    await session.flush()
+    session.add(
+        Access(
+            customer_id=live_customer.id,
+            entity_id=dead.entity_id,
+            login="queued",
+            secret=b"t",
+            scrape_state=ScrapeState.IN_PROGRESS,
+            scrape_started_at=long_ago,
+            heartbeat_at=lately,
+        )
+    )
+    dead_customer_id, live_customer_id, dead_login = dead_customer.id, live_customer.id, dead.login
     await session.commit()
     sessions = session_factory(session.bind)
 
     found = await reset_stuck(sessions, limit=timedelta(minutes=15))
     assert found.accesses == (access_id,)
-    assert found.customers == (customer_id,)
+    assert found.customers == (dead_customer_id,)
     again = await reset_stuck(sessions, limit=timedelta(minutes=15))
     assert (again.accesses, again.customers) == ((), ())
 
@@ -51,8 +56,10 @@ async def test_only_what_is_stuck_past_the_limit_is_reset(
         a.login: (a.scrape_state, a.result_code, a.result_detail)
         for a in (await session.scalars(select(Access))).all()
     }
-    assert rows["other"] == (ScrapeState.IN_PROGRESS, None, None)  # a live scrape is left alone
-    state, code, detail = rows[stuck_login]
+    assert rows["queued"] == (ScrapeState.IN_PROGRESS, None, None)
+    state, code, detail = rows[dead_login]
     assert (state, code) == (ScrapeState.IDLE, ResultCode.TIMEOUT)
     assert "15 min" in detail
-    assert (await session.get(Customer, customer_id)).scrape_state is ScrapeState.IDLE
+    states = dict((await session.execute(select(Customer.id, Customer.scrape_state))).all())
+    assert states[dead_customer_id] is ScrapeState.IDLE
+    assert states[live_customer_id] is ScrapeState.IN_PROGRESS

@@ -155,6 +155,9 @@ class Access(Base):
     result_code: Mapped[ResultCode | None] = mapped_column(_enum(ResultCode, "result_code"))
     scrape_started_at: Mapped[datetime | None] = mapped_column(UTCDateTime())
     scrape_finished_at: Mapped[datetime | None] = mapped_column(UTCDateTime())
+    heartbeat_at: Mapped[datetime | None] = mapped_column(UTCDateTime())
+    """Refreshed by the launcher holding the access (queued or running): the watchdog's proof
+    that an access in progress is alive."""
     result_detail: Mapped[str | None] = mapped_column(Unicode(500))
     """What the scraper saw when it failed (a bank message, a page); never a credential."""
     accounts_count: Mapped[int] = mapped_column(Integer, default=0)

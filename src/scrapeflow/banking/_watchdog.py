@@ -1,10 +1,12 @@
 """The watchdog (the seed's scraping_state_observer): frees what a dead launch left in progress.
 
 A launch killed mid-way (``kill -9``, a crashed machine) leaves its customer and accesses marked
-"in progress", which blocks the next refresh. :func:`reset_stuck` ends every access in progress
-for longer than ``limit`` with the timeout code and sets stuck customers back to idle;
-:class:`Watchdog` does it every ``interval``. Choose ``limit`` above the launcher's
-``access_timeout``, so a slow but live scrape is never reset under its launcher.
+"in progress", which blocks the next refresh. A live launcher stamps the accesses it holds
+(queued or running) with a heartbeat every ``LaunchLimits.heartbeat`` seconds.
+:func:`reset_stuck` ends every access in progress whose heartbeat is older than ``limit`` with
+the timeout code, then sets back to idle every customer in progress since before ``limit`` that
+has no access in progress left. :class:`Watchdog` does it every ``interval``. Choose ``limit``
+a few heartbeats long: a slow scrape or a long queue is never reset under a live launcher.
 """
 
 from __future__ import annotations
@@ -13,7 +15,7 @@ import asyncio
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 
-from sqlalchemy import select, update
+from sqlalchemy import func, or_, select, update
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
 from scrapeflow._logging import get_logger
@@ -44,11 +46,12 @@ async def reset_stuck(
     cutoff = now - limit
     detail = f"reset by the watchdog: still in progress after {_human(limit)}"
     async with sessions() as session, session.begin():
+        alive_at = func.coalesce(Access.heartbeat_at, Access.scrape_started_at)
         accesses = (
             await session.scalars(
                 select(Access.id).where(
                     Access.scrape_state == ScrapeState.IN_PROGRESS,
-                    Access.scrape_started_at < cutoff,
+                    or_(alive_at < cutoff, alive_at.is_(None)),
                 )
             )
         ).all()
@@ -63,11 +66,20 @@ async def reset_stuck(
                     scrape_finished_at=now,
                 )
             )
+        busy = (
+            select(Access.id)
+            .where(
+                Access.customer_id == Customer.id,
+                Access.scrape_state == ScrapeState.IN_PROGRESS,
+            )
+            .exists()
+        )
         customers = (
             await session.scalars(
                 select(Customer.id).where(
                     Customer.scrape_state == ScrapeState.IN_PROGRESS,
                     Customer.scrape_started_at < cutoff,
+                    ~busy,
                 )
             )
         ).all()
