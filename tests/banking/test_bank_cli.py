@@ -129,10 +129,20 @@ def test_add_refresh_list_in_every_format_and_no_password_anywhere(
         expected
     )
 
+    iban = next(r["account"] for r in rows if r["account"].startswith("ES"))
+    spaced = " ".join(iban[i : i + 4] for i in range(0, len(iban), 4))  # as a customer types it
+    one = list(
+        csv.DictReader(
+            io.StringIO(cli("movements", "cust-1", "--account", spaced, "-f", "csv").stdout)
+        )
+    )
+    assert one and {r["account"] for r in one} == {iban}
+
     ofx = cli("movements", "cust-1", "--format", "ofx").stdout
     root = ElementTree.fromstring(ofx.split("?>", 2)[2])
     amounts = sorted(Decimal(t.text) for t in root.iter("TRNAMT"))
-    assert amounts == sorted(Decimal(r["amount"]) for r in rows)
+    booked = [r for r in rows if r["pending"] == "False"]  # OFX carries booked movements only
+    assert amounts == sorted(Decimal(r["amount"]) for r in booked)
     assert len(list(root.iter("STMTRS"))) + len(list(root.iter("CCSTMTRS"))) == len(accounts)
 
     table = cli("movements", "cust-1").stdout
@@ -166,6 +176,7 @@ BAD_INPUT = [
     (("movements", "c", "--since", "yesterday"), "", "--since 'yesterday'"),
     (("otp", "1", "--code-stdin"), "12ab\n", "one-time code"),
     (("--bank-url", "formbank", "status", "c"), "", "is not NAME=URL"),
+    (("--db", "sqlite+aiosqlite:////nonexistent/x.db", "status", "c"), "", "cannot open the"),
 ]
 
 

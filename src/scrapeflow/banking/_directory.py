@@ -230,9 +230,8 @@ async def movements_of(
             .order_by(Movement.operation_date.desc(), Movement.id.desc())
         )
         if accounts:
-            query = query.where(
-                Account.bank_ref.in_(list(accounts)) | Account.iban.in_(list(accounts))
-            )
+            compacted = ["".join(a.split()).upper() for a in accounts]  # "ES49 0182 …" too
+            query = query.where(Account.bank_ref.in_(list(accounts)) | Account.iban.in_(compacted))
         if since is not None:
             query = query.where(Movement.operation_date >= since)
         rows = await session.execute(query)

@@ -98,8 +98,26 @@ def _sub(parent: ET.Element, tag: str, text: str | None = None) -> ET.Element:
     return element
 
 
+def _bank_id(account: AccountView) -> str:
+    """OFX BANKID (at most 9): the bank code inside the IBAN, else the bank's code, cut."""
+    if account.iban and len(account.iban) >= 8:
+        return account.iban[4:8]
+    return account.bank[:9]
+
+
+def _account_id(account: AccountView) -> str:
+    """OFX ACCTID (at most 22): the domestic number (BBAN), not the longer IBAN."""
+    if account.iban:
+        return (account.number or account.iban[4:])[:22]
+    return (account.number or account.bank_ref).replace(" ", "")[:22]
+
+
 def to_ofx(accounts: Sequence[AccountView], movements: Sequence[MovementView]) -> str:
-    """An OFX 2.2 document: one statement per account (card accounts as credit-card ones)."""
+    """An OFX 2.2 document: one statement per account (cards as credit-card statements).
+
+    Pending movements are left out: they post later under the same FITID, which importers
+    would not pick up as a change. Only booked movements are statements' transactions.
+    """
     now = datetime.now(UTC)
     root = ET.Element("OFX")
     signon = _sub(_sub(root, "SIGNONMSGSRSV1"), "SONRS")
@@ -108,14 +126,16 @@ def to_ofx(accounts: Sequence[AccountView], movements: Sequence[MovementView]) -
     _sub(status, "SEVERITY", "INFO")
     _sub(signon, "DTSERVER", _ofx_date(now))
     _sub(signon, "LANGUAGE", "SPA")
-    bank_msgs = _sub(root, "BANKMSGSRSV1")
-    card_msgs = _sub(root, "CREDITCARDMSGSRSV1")
     by_account: dict[tuple[str, str], list[MovementView]] = {}
     for movement in movements:
-        by_account.setdefault((movement.bank, movement.account_ref), []).append(movement)
+        if not movement.pending:
+            by_account.setdefault((movement.bank, movement.account_ref), []).append(movement)
+    message_sets: dict[bool, ET.Element] = {}
     for n, account in enumerate(accounts, start=1):
         card = account.type is AccountType.CARD
-        wrapper = _sub(card_msgs if card else bank_msgs, "CCSTMTTRNRS" if card else "STMTTRNRS")
+        if card not in message_sets:
+            message_sets[card] = _sub(root, "CREDITCARDMSGSRSV1" if card else "BANKMSGSRSV1")
+        wrapper = _sub(message_sets[card], "CCSTMTTRNRS" if card else "STMTTRNRS")
         _sub(wrapper, "TRNUID", str(n))
         wrapper_status = _sub(wrapper, "STATUS")
         _sub(wrapper_status, "CODE", "0")
@@ -123,11 +143,11 @@ def to_ofx(accounts: Sequence[AccountView], movements: Sequence[MovementView]) -
         statement = _sub(wrapper, "CCSTMTRS" if card else "STMTRS")
         _sub(statement, "CURDEF", account.currency)
         if card:
-            _sub(_sub(statement, "CCACCTFROM"), "ACCTID", account.label)
+            _sub(_sub(statement, "CCACCTFROM"), "ACCTID", _account_id(account))
         else:
             source = _sub(statement, "BANKACCTFROM")
-            _sub(source, "BANKID", account.bank)
-            _sub(source, "ACCTID", account.label)
+            _sub(source, "BANKID", _bank_id(account))
+            _sub(source, "ACCTID", _account_id(account))
             _sub(source, "ACCTTYPE", _OFX_TYPES[account.type])
         items = sorted(
             by_account.get((account.bank, account.bank_ref), []), key=lambda m: m.operation_date
@@ -141,9 +161,9 @@ def to_ofx(accounts: Sequence[AccountView], movements: Sequence[MovementView]) -
             _sub(entry, "DTPOSTED", _ofx_date(movement.value_date))
             _sub(entry, "DTUSER", _ofx_date(movement.operation_date))
             _sub(entry, "TRNAMT", f"{movement.amount:.2f}")
-            _sub(entry, "FITID", movement.key)
+            _sub(entry, "FITID", movement.key[:255])
             _sub(entry, "NAME", movement.description[:32])
-            _sub(entry, "MEMO", ("PENDING " if movement.pending else "") + movement.description)
+            _sub(entry, "MEMO", movement.description[:255])
         balance = _sub(statement, "LEDGERBAL")
         _sub(balance, "BALAMT", f"{account.balance:.2f}")
         _sub(balance, "DTASOF", _ofx_date(account.updated_at))

@@ -118,7 +118,11 @@ class WriteQueue:
                 continue
             try:
                 result = await self._run(write)
-            except Exception as exc:
+            except asyncio.CancelledError:
+                if not future.done():
+                    future.cancel()
+                raise
+            except BaseException as exc:  # whatever a write raised, its submitter hears of it
                 if not future.done():
                     future.set_exception(exc)
             else:
