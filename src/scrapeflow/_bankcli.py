@@ -301,7 +301,12 @@ def _refresh(
     reports = _run(work())
     out.print(_report_table(reports))
     for report in reports:
-        out.print(f"{escape(report.external_id)}: {report.seconds:.2f} s, log {report.log_file}")
+        if report.refused:
+            out.print(f"{escape(report.external_id)}: not refreshed: {escape(report.refused)}")
+        else:
+            out.print(
+                f"{escape(report.external_id)}: {report.seconds:.2f} s, log {report.log_file}"
+            )
     if not all(r.ok for r in reports):
         raise typer.Exit(EXIT_SOME_FAILED)
 

@@ -14,11 +14,12 @@ from scrapeflow.banking import (
     AccountType,
     Movement,
     MovementRecord,
+    SqlWriter,
     movement_key,
     upsert_accounts,
     upsert_movements,
 )
-from scrapeflow.db import upsert
+from scrapeflow.db import session_factory, upsert
 
 IBAN = "ES9121000418450200051332"
 
@@ -210,3 +211,37 @@ def _row(account_id: int, m: MovementRecord) -> dict:
         "balance_after": m.balance_after,
         "pending": m.pending,
     }
+
+
+async def test_pending_movements_the_bank_dropped_are_forgotten(
+    session: AsyncSession, access_id: int
+) -> None:
+    """A cancelled card authorisation vanishes from the bank: after a complete read of its
+    window it vanishes here too. Booked movements and older pending ones are kept."""
+    writer = SqlWriter(session_factory(session.bind))
+    await writer.write_accounts(access_id, accounts())
+    day = date(2026, 3, 1)
+
+    def move(key: str, *, pending: bool, on: date = day) -> MovementRecord:
+        return MovementRecord(key, on, on, Decimal("-5.00"), f"M {key}", pending=pending)
+
+    await writer.write_movements(
+        access_id,
+        "A1",
+        [
+            move("ref:gone", pending=True),
+            move("ref:kept", pending=True),
+            move("ref:booked", pending=False),
+            move("ref:old", pending=True, on=date(2026, 2, 1)),
+        ],
+    )
+    dropped = await writer.forget_vanished_pending(access_id, "A1", day, ["ref:kept"])
+    assert dropped == 1
+    keys = set(
+        (
+            await session.scalars(
+                select(Movement.movement_key).execution_options(populate_existing=True)
+            )
+        ).all()
+    )
+    assert keys == {"ref:kept", "ref:booked", "ref:old"}

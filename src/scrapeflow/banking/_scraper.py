@@ -135,10 +135,24 @@ class AccessSink:
         if self.on_batch is not None:
             await self.on_batch(EventKind.ACCOUNTS, None, len(accounts))
 
-    async def write_movements(self, account_ref: str, movements: Sequence[MovementRecord]) -> None:
+    async def write_movements(
+        self,
+        account_ref: str,
+        movements: Sequence[MovementRecord],
+        *,
+        complete_since: date | None = None,
+    ) -> None:
+        """Store one account's movements. ``complete_since``: they are everything the bank
+        lists from that day on, so stored pending ones missing from them were dropped."""
         if movements:
             await self.queue.submit(
                 lambda: self.writer.write_movements(self.access_id, account_ref, movements)
+            )
+        forget = getattr(self.writer, "forget_vanished_pending", None)
+        if complete_since is not None and forget is not None:
+            keys = [m.key for m in movements]
+            await self.queue.submit(
+                lambda: forget(self.access_id, account_ref, complete_since, keys)
             )
         self.movements += len(movements)
         if self.on_batch is not None:
@@ -247,7 +261,7 @@ class BasicScraper(abc.ABC):
     async def process_account(self, account: AccountRecord) -> None:
         since = await self.date_from(account)
         movements = await self.in_session(lambda: self.movements(account, since))
-        await self.upload_movements(account, movements)
+        await self.upload_movements(account, movements, complete_since=since)
 
     # -- helpers: sessions -------------------------------------------------------------------
 
@@ -342,9 +356,15 @@ class BasicScraper(abc.ABC):
         await self.sink.write_accounts(accounts)
 
     async def upload_movements(
-        self, account: AccountRecord, movements: Sequence[MovementRecord]
+        self,
+        account: AccountRecord,
+        movements: Sequence[MovementRecord],
+        *,
+        complete_since: date | None = None,
     ) -> None:
-        await self.sink.write_movements(account.bank_ref, movements)
+        """Store ``movements`` of ``account``; pass ``complete_since`` when they are all the
+        bank lists from that day on (then pending ones it no longer lists are removed)."""
+        await self.sink.write_movements(account.bank_ref, movements, complete_since=complete_since)
 
     def fail(self, code: ResultCode, detail: str = "") -> NoReturn:
         """End the scrape with ``code``; ``detail`` is what the bank said (no secrets)."""

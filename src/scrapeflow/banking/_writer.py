@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from datetime import date
 from typing import Protocol, runtime_checkable
 
-from sqlalchemy import func, select
+from sqlalchemy import delete, func, select
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
 from scrapeflow.banking._models import (
@@ -74,6 +74,27 @@ class SqlWriter:
         async with self.sessions() as session, session.begin():
             account_id = await _account_id(session, access_id, account_ref)
             await upsert_movements(session, account_id, movements)
+
+    async def forget_vanished_pending(
+        self, access_id: int, account_ref: str, since: date, keep: Sequence[str]
+    ) -> int:
+        """Delete the account's pending movements operated on or after ``since`` whose keys
+        are not in ``keep`` (the complete read of that window): the bank dropped them (a
+        cancelled card authorisation). Booked movements are never deleted. Returns how many.
+
+        Optional for other writers: the launcher calls it only when a writer has it.
+        """
+        async with self.sessions() as session, session.begin():
+            account_id = await _account_id(session, access_id, account_ref)
+            result = await session.execute(
+                delete(Movement).where(
+                    Movement.account_id == account_id,
+                    Movement.pending.is_(True),
+                    Movement.operation_date >= since,
+                    Movement.movement_key.not_in(list(keep)),
+                )
+            )
+            return int(getattr(result, "rowcount", 0) or 0)
 
     async def sync_window(self, access_id: int, account_ref: str) -> SyncWindow:
         async with self.sessions() as session:
