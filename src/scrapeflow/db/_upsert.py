@@ -52,7 +52,10 @@ async def upsert(
     for start in range(0, len(stamped), size):
         chunk = stamped[start : start + size]
         if native:
-            await session.execute(_on_conflict(dialect, table, chunk, keys, touch))
+            # executemany of one parameterised statement: compiled once and cached, sent in
+            # batches by SQLAlchemy's "insertmanyvalues"; a VALUES list per batch would be
+            # compiled anew for each batch size.
+            await session.execute(_on_conflict(dialect, table, chunk[0], keys, touch), chunk)
         else:
             for statement in await _portable(session, table, chunk, keys, touch):
                 await session.execute(statement)
@@ -61,13 +64,13 @@ async def upsert(
 def _on_conflict(
     dialect: str,
     table: Table,
-    rows: list[dict[str, Any]],
+    sample: Mapping[str, Any],
     keys: Sequence[str],
     touch: str | None,
 ) -> Executable:
     builder = postgresql.insert if dialect == "postgresql" else sqlite.insert
-    stmt = builder(table).values(rows)
-    compared = [name for name in rows[0] if name not in keys and name != touch]
+    stmt = builder(table)
+    compared = [name for name in sample if name not in keys and name != touch]
     changed = or_(*(table.c[name].is_distinct_from(stmt.excluded[name]) for name in compared))
     values = {name: stmt.excluded[name] for name in [*compared, *([touch] if touch else [])]}
     return stmt.on_conflict_do_update(index_elements=list(keys), set_=values, where=changed)

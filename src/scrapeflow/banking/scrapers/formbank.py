@@ -79,7 +79,7 @@ class FormBankScraper(BasicScraper):
     country = "ES"
     relogins = 20
     """Sessions there may be capped at a few requests: a long scrape logs in many times."""
-    parallel_pages: ClassVar[int] = 4
+    parallel_pages: ClassVar[int] = 16
     """Contract and account reads in flight at once while the session holds."""
     login_session_retries: ClassVar[int] = 2
     """Fresh login forms tried when the bank says the form's session is not valid."""
