@@ -235,7 +235,9 @@ async def test_pending_movements_the_bank_dropped_are_forgotten(
             move("ref:old", pending=True, on=date(2026, 2, 1)),
         ],
     )
-    dropped = await writer.forget_vanished_pending(access_id, "A1", day, ["ref:kept"])
+    # the bank's complete list from `day` on: "gone" is not in it any more, "new" is
+    complete = [move("ref:kept", pending=True), move("ref:new", pending=False)]
+    dropped = await writer.write_movements_since(access_id, "A1", complete, day)
     assert dropped == 1
     keys = set(
         (
@@ -244,4 +246,4 @@ async def test_pending_movements_the_bank_dropped_are_forgotten(
             )
         ).all()
     )
-    assert keys == {"ref:kept", "ref:booked", "ref:old"}
+    assert keys == {"ref:kept", "ref:booked", "ref:old", "ref:new"}

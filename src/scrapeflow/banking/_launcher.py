@@ -403,22 +403,47 @@ class Launcher:
         return job
 
     async def _start_accesses(self, customer_id: int, log: LaunchLog) -> list[_AccessJob]:
-        async with self.sessions() as session:
+        """Claim every access of the customer not already in progress, in one transaction."""
+
+        async def claim(session: AsyncSession) -> tuple[list[_AccessJob], list[int]]:
+            now = _now()
+            claimed = set(
+                (
+                    await session.scalars(
+                        update(Access)
+                        .where(
+                            Access.customer_id == customer_id,
+                            Access.scrape_state != ScrapeState.IN_PROGRESS,
+                        )
+                        .values(
+                            scrape_state=ScrapeState.IN_PROGRESS,
+                            scrape_started_at=now,
+                            heartbeat_at=now,
+                        )
+                        .returning(Access.id)
+                    )
+                ).all()
+            )
             rows = (
                 await session.execute(
-                    select(Access.id, FinancialEntity.code)
+                    select(Access, FinancialEntity.code)
                     .join(FinancialEntity, FinancialEntity.id == Access.entity_id)
                     .where(Access.customer_id == customer_id)
                     .order_by(Access.id)
+                    .execution_options(populate_existing=True)
                 )
             ).all()
-        jobs = []
-        for access_id, bank in rows:
-            job = await self._claim_access(access_id, bank)
-            if job is None:  # a one-time code is being tried on it right now
-                log.write("access skipped: already being scraped", access_id=access_id)
-            else:
-                jobs.append(job)
+            jobs = [
+                _AccessJob(a.id, code, a.login, a.secret, a.session_state)
+                for a, code in rows
+                if a.id in claimed
+            ]
+            return jobs, [a.id for a, _ in rows if a.id not in claimed]
+
+        jobs, busy = await self._write(claim)
+        self._held.update(job.access_id for job in jobs)
+        for access_id in busy:  # a one-time code is being tried on it right now
+            log.write("access skipped: already being scraped", access_id=access_id)
         return jobs
 
     async def _run_access(

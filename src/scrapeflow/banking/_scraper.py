@@ -144,15 +144,14 @@ class AccessSink:
     ) -> None:
         """Store one account's movements. ``complete_since``: they are everything the bank
         lists from that day on, so stored pending ones missing from them were dropped."""
-        if movements:
+        whole = getattr(self.writer, "write_movements_since", None)
+        if complete_since is not None and whole is not None:
+            await self.queue.submit(
+                lambda: whole(self.access_id, account_ref, movements, complete_since)
+            )
+        elif movements:
             await self.queue.submit(
                 lambda: self.writer.write_movements(self.access_id, account_ref, movements)
-            )
-        forget = getattr(self.writer, "forget_vanished_pending", None)
-        if complete_since is not None and forget is not None:
-            keys = [m.key for m in movements]
-            await self.queue.submit(
-                lambda: forget(self.access_id, account_ref, complete_since, keys)
             )
         self.movements += len(movements)
         if self.on_batch is not None:

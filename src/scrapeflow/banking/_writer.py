@@ -75,23 +75,26 @@ class SqlWriter:
             account_id = await _account_id(session, access_id, account_ref)
             await upsert_movements(session, account_id, movements)
 
-    async def forget_vanished_pending(
-        self, access_id: int, account_ref: str, since: date, keep: Sequence[str]
+    async def write_movements_since(
+        self, access_id: int, account_ref: str, movements: Sequence[MovementRecord], since: date
     ) -> int:
-        """Delete the account's pending movements operated on or after ``since`` whose keys
-        are not in ``keep`` (the complete read of that window): the bank dropped them (a
-        cancelled card authorisation). Booked movements are never deleted. Returns how many.
+        """Store ``movements``, which are everything the bank lists for the account from
+        ``since`` on, in one transaction: upserted, and the stored pending movements of that
+        window the bank no longer lists (a cancelled card authorisation) deleted. Booked
+        movements are never deleted. Returns how many were deleted.
 
-        Optional for other writers: the launcher calls it only when a writer has it.
+        An optional capability: the launcher uses it when a writer has it, else
+        ``write_movements``.
         """
         async with self.sessions() as session, session.begin():
             account_id = await _account_id(session, access_id, account_ref)
+            await upsert_movements(session, account_id, movements)
             result = await session.execute(
                 delete(Movement).where(
                     Movement.account_id == account_id,
                     Movement.pending.is_(True),
                     Movement.operation_date >= since,
-                    Movement.movement_key.not_in(list(keep)),
+                    Movement.movement_key.not_in([m.key for m in movements]),
                 )
             )
             return int(getattr(result, "rowcount", 0) or 0)
