@@ -41,7 +41,9 @@ from scrapeflow.banking._writer import SyncWindow, Writer
 from scrapeflow.errors import (
     AccessFailed,
     Banned,
+    ConnectionFailed,
     FetchError,
+    FetchTimeout,
     InvalidAccount,
     SessionExpired,
 )
@@ -265,13 +267,17 @@ class BasicScraper(abc.ABC):
     # -- helpers: sessions -------------------------------------------------------------------
 
     async def login_with_retries(self) -> None:
-        """:meth:`login`, tried again (``login_attempts`` in all) while the bank is down."""
+        """:meth:`login`, started over (``login_attempts`` in all) while the bank is down or
+        a connection fails. A login is a flow (form, post, redirect) that is safe to restart
+        from its first page, where one of its POSTs alone is not safe to resend."""
         for attempt in range(1, self.login_attempts + 1):
             try:
                 await self.login()
-            except AccessFailed as exc:
-                if exc.code != ResultCode.BANK_UNAVAILABLE or attempt == self.login_attempts:
+            except (AccessFailed, ConnectionFailed, FetchTimeout) as exc:
+                down = not isinstance(exc, AccessFailed) or exc.code == ResultCode.BANK_UNAVAILABLE
+                if not down or attempt == self.login_attempts:
                     raise
+                self.log.info("login failed, starting over", error=type(exc).__name__)
                 await asyncio.sleep(0.5 * attempt)
             else:
                 self._login_generation += 1
