@@ -41,7 +41,7 @@ from sqlalchemy import (
     UniqueConstraint,
     select,
 )
-from sqlalchemy.ext.asyncio import AsyncSession
+from sqlalchemy.ext.asyncio import AsyncConnection, AsyncSession
 from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column, validates
 
 from scrapeflow.banking._results import ResultCode, ScrapeState
@@ -323,7 +323,7 @@ def movement_key(
 
 
 async def upsert_accounts(
-    session: AsyncSession, access_id: int, accounts: Iterable[AccountRecord]
+    session: AsyncSession | AsyncConnection, access_id: int, accounts: Iterable[AccountRecord]
 ) -> dict[str, int]:
     """Insert or update ``accounts`` of one access, and their contracts; ``{bank_ref: id}``.
 
@@ -379,7 +379,7 @@ async def upsert_accounts(
 
 
 async def upsert_movements(
-    session: AsyncSession, account_id: int, movements: Sequence[MovementRecord]
+    session: AsyncSession | AsyncConnection, account_id: int, movements: Sequence[MovementRecord]
 ) -> None:
     """Insert or update ``movements`` of one account, keyed on ``(account_id, movement_key)``.
 

@@ -14,7 +14,7 @@ from datetime import date
 from typing import Protocol, runtime_checkable
 
 from sqlalchemy import delete, func, select
-from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
+from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine, AsyncSession, async_sessionmaker
 
 from scrapeflow.banking._models import (
     Account,
@@ -58,20 +58,25 @@ class Writer(Protocol):
 class SqlWriter:
     """The :class:`Writer` of scrapeflow's schema (``scrapeflow.banking`` models).
 
-    One transaction per batch: a batch lands whole or not at all.
+    One transaction per batch: a batch lands whole or not at all. Writes go through Core
+    connections, not ORM sessions: the batches are plain upserts, and the ORM's unit of work
+    cost more CPU than the statements themselves.
     """
 
-    def __init__(self, sessions: async_sessionmaker[AsyncSession]) -> None:
-        self.sessions = sessions
+    def __init__(self, target: AsyncEngine | async_sessionmaker[AsyncSession]) -> None:
+        engine = target if isinstance(target, AsyncEngine) else target.kw.get("bind")
+        if not isinstance(engine, AsyncEngine):
+            raise TypeError("SqlWriter needs an AsyncEngine, or a session factory bound to one")
+        self.engine = engine
 
     async def write_accounts(self, access_id: int, accounts: Sequence[AccountRecord]) -> None:
-        async with self.sessions() as session, session.begin():
+        async with self.engine.begin() as session:
             await upsert_accounts(session, access_id, accounts)
 
     async def write_movements(
         self, access_id: int, account_ref: str, movements: Sequence[MovementRecord]
     ) -> None:
-        async with self.sessions() as session, session.begin():
+        async with self.engine.begin() as session:
             account_id = await _account_id(session, access_id, account_ref)
             await upsert_movements(session, account_id, movements)
 
@@ -86,7 +91,7 @@ class SqlWriter:
         An optional capability: the launcher uses it when a writer has it, else
         ``write_movements``.
         """
-        async with self.sessions() as session, session.begin():
+        async with self.engine.begin() as session:
             account_id = await _account_id(session, access_id, account_ref)
             await upsert_movements(session, account_id, movements)
             result = await session.execute(
@@ -100,7 +105,7 @@ class SqlWriter:
             return int(getattr(result, "rowcount", 0) or 0)
 
     async def sync_window(self, access_id: int, account_ref: str) -> SyncWindow:
-        async with self.sessions() as session:
+        async with self.engine.connect() as session:
             account_id = await session.scalar(
                 select(Account.id).where(
                     Account.access_id == access_id, Account.bank_ref == account_ref
@@ -119,7 +124,7 @@ class SqlWriter:
         return SyncWindow(last_operation_date=row[0], oldest_pending=row[1])
 
 
-async def _account_id(session: AsyncSession, access_id: int, account_ref: str) -> int:
+async def _account_id(session: AsyncConnection, access_id: int, account_ref: str) -> int:
     found = await session.scalar(
         select(Account.id).where(Account.access_id == access_id, Account.bank_ref == account_ref)
     )

@@ -10,13 +10,14 @@ pitfalls; the single writer of the write queue makes select-then-write safe.
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Iterable, Mapping, Sequence
 from datetime import UTC, datetime
 from typing import Any
 
 from sqlalchemy import Table, and_, false, insert, or_, select, update
 from sqlalchemy.dialects import postgresql, sqlite
-from sqlalchemy.ext.asyncio import AsyncSession
+from sqlalchemy.ext.asyncio import AsyncConnection, AsyncSession
 from sqlalchemy.sql import ColumnElement, Executable
 
 __all__ = ["portable_statements", "upsert"]
@@ -27,7 +28,7 @@ _NATIVE = ("sqlite", "postgresql")
 
 
 async def upsert(
-    session: AsyncSession,
+    session: AsyncSession | AsyncConnection,
     table: Table,
     rows: Sequence[Mapping[str, Any]],
     *,
@@ -44,7 +45,8 @@ async def upsert(
     """
     if not rows:
         return
-    dialect = session.get_bind().dialect.name
+    bind = session if isinstance(session, AsyncConnection) else session.get_bind()
+    dialect = bind.dialect.name
     now = datetime.now(UTC)
     stamped = [({**row, touch: now} if touch else dict(row)) for row in rows]
     native = dialect in _NATIVE and not portable
@@ -55,29 +57,33 @@ async def upsert(
             # executemany of one parameterised statement: compiled once and cached, sent in
             # batches by SQLAlchemy's "insertmanyvalues"; a VALUES list per batch would be
             # compiled anew for each batch size.
-            await session.execute(_on_conflict(dialect, table, chunk[0], keys, touch), chunk)
+            columns = tuple(chunk[0])
+            await session.execute(_on_conflict(dialect, table, columns, tuple(keys), touch), chunk)
         else:
             for statement in await _portable(session, table, chunk, keys, touch):
                 await session.execute(statement)
 
 
+@functools.lru_cache(maxsize=256)
 def _on_conflict(
     dialect: str,
     table: Table,
-    sample: Mapping[str, Any],
-    keys: Sequence[str],
+    columns: tuple[str, ...],
+    keys: tuple[str, ...],
     touch: str | None,
 ) -> Executable:
+    # Built once per shape: making the "excluded" alias and the comparisons cost more than
+    # running the statement. Statements are immutable, so sharing one is safe.
     builder = postgresql.insert if dialect == "postgresql" else sqlite.insert
     stmt = builder(table)
-    compared = [name for name in sample if name not in keys and name != touch]
+    compared = [name for name in columns if name not in keys and name != touch]
     changed = or_(*(table.c[name].is_distinct_from(stmt.excluded[name]) for name in compared))
     values = {name: stmt.excluded[name] for name in [*compared, *([touch] if touch else [])]}
     return stmt.on_conflict_do_update(index_elements=list(keys), set_=values, where=changed)
 
 
 async def _portable(
-    session: AsyncSession,
+    session: AsyncSession | AsyncConnection,
     table: Table,
     rows: list[dict[str, Any]],
     keys: Sequence[str],
