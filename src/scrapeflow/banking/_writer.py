@@ -68,16 +68,18 @@ class SqlWriter:
         if not isinstance(engine, AsyncEngine):
             raise TypeError("SqlWriter needs an AsyncEngine, or a session factory bound to one")
         self.engine = engine
+        self._account_ids: dict[tuple[int, str], int] = {}  # (access, bank_ref) -> row id
 
     async def write_accounts(self, access_id: int, accounts: Sequence[AccountRecord]) -> None:
         async with self.engine.begin() as session:
-            await upsert_accounts(session, access_id, accounts)
+            ids = await upsert_accounts(session, access_id, accounts)
+        self._account_ids.update({(access_id, ref): id_ for ref, id_ in ids.items()})
 
     async def write_movements(
         self, access_id: int, account_ref: str, movements: Sequence[MovementRecord]
     ) -> None:
         async with self.engine.begin() as session:
-            account_id = await _account_id(session, access_id, account_ref)
+            account_id = await self._account_id(session, access_id, account_ref)
             await upsert_movements(session, account_id, movements)
 
     async def write_movements_since(
@@ -92,7 +94,7 @@ class SqlWriter:
         ``write_movements``.
         """
         async with self.engine.begin() as session:
-            account_id = await _account_id(session, access_id, account_ref)
+            account_id = await self._account_id(session, access_id, account_ref)
             await upsert_movements(session, account_id, movements)
             result = await session.execute(
                 delete(Movement).where(
@@ -103,6 +105,23 @@ class SqlWriter:
                 )
             )
             return int(getattr(result, "rowcount", 0) or 0)
+
+    async def _account_id(self, session: AsyncConnection, access_id: int, account_ref: str) -> int:
+        known = self._account_ids.get((access_id, account_ref))
+        if known is not None:
+            return known
+        found = await session.scalar(
+            select(Account.id).where(
+                Account.access_id == access_id, Account.bank_ref == account_ref
+            )
+        )
+        if found is None:
+            raise InvalidAccount(
+                f"movements for account {account_ref!r} of access {access_id}, which is not "
+                "stored: write the account first"
+            )
+        self._account_ids[(access_id, account_ref)] = found
+        return found
 
     async def sync_window(self, access_id: int, account_ref: str) -> SyncWindow:
         async with self.engine.connect() as session:
@@ -122,15 +141,3 @@ class SqlWriter:
                 )
             ).one()
         return SyncWindow(last_operation_date=row[0], oldest_pending=row[1])
-
-
-async def _account_id(session: AsyncConnection, access_id: int, account_ref: str) -> int:
-    found = await session.scalar(
-        select(Account.id).where(Account.access_id == access_id, Account.bank_ref == account_ref)
-    )
-    if found is None:
-        raise InvalidAccount(
-            f"movements for account {account_ref!r} of access {access_id}, which is not stored: "
-            "write the account first"
-        )
-    return found
