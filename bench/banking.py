@@ -38,12 +38,13 @@ are skipped; every phase uses customer numbers no other phase used.
 
 Exit IPs come two ways (``--proxy-kind``, default both): tinyproxy
 (``scripts/install-system-deps``; skipped when missing) and ``PipeProxies``, a byte pipe per
-client connection in a thread of the bench process. The second exists because tinyproxy 1.11
-closes a client connection after each answer while aiohttp keeps it pooled: the next POST on
-it (the legacy bank's ``/j_security_check`` right after ``GET /login.jsp``) fails with "Can
-not write request body" and the HTTP layer does not retry a POST, so those accesses end
-``bank_unavailable``. The pipe proxy's CPU is this process's, not the launcher's. The full run
-takes about 5.5 minutes.
+client connection in a thread of the bench process. The second was written when tinyproxy
+1.11 — which closes a client connection after each answer while aiohttp keeps it pooled —
+made the legacy bank's login POST fail as ``bank_unavailable``; the HTTP layer now resends a
+request that provably never reached the server and starts a cut login over, so tinyproxy
+works and the pipe proxy stays as a second, independent exit-IP setup. The pipe proxy's CPU is
+this process's, not the launcher's. The full run with ``--proxy-kind tinyproxy`` takes about
+3.5 minutes.
 Results go to ``bench/results/banking.json``. Nothing here asserts a time.
 """
 
