@@ -105,6 +105,14 @@ async def add_access(db_url: str, bank: str, n: int, username: str, password: st
         await engine.dispose()
 
 
+async def bank_access(
+    sandbox: Sandbox, db_url: str, bank: str, n: int
+) -> tuple[int, dict[str, Any]]:
+    """Customer n's access at ``bank`` (credentials from the sandbox); (access id, credentials)."""
+    cred = await credentials(sandbox, bank, n)
+    return await add_access(db_url, bank, n, cred["username"], cred["password"]), cred
+
+
 @dataclass
 class Scraped:
     code: ResultCode

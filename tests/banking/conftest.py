@@ -86,6 +86,14 @@ async def access_id(session: AsyncSession) -> int:
 
 
 @pytest.fixture
+async def sqlite_url(tmp_path: Path) -> str:
+    """A migrated SQLite database, for tests whose point is not the backend."""
+    url = f"sqlite+aiosqlite:///{tmp_path / 'bank.db'}"
+    await migrate(url)
+    return url
+
+
+@pytest.fixture
 def sandbox() -> Iterator[Sandbox]:
     """A fresh sandbox (no hostility, 0-2 ms latency, its clock at the epoch) in a thread."""
     config = SandboxConfig(hostility="none", latency_ms=(0, 2), customers=1000)

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import time
 from datetime import timedelta
-from pathlib import Path
 from typing import Any
 
 import pytest
@@ -23,18 +22,8 @@ from tests.banking import _harness as harness
 BANK = "apibank"
 
 
-@pytest.fixture
-async def sqlite_url(tmp_path: Path) -> str:
-    """A migrated SQLite database, for the tests that are not about the backend."""
-    url = f"sqlite+aiosqlite:///{tmp_path / 'apibank.db'}"
-    await migrate(url)
-    return url
-
-
 async def _access(sandbox: Sandbox, db_url: str, n: int) -> tuple[int, dict[str, Any]]:
-    cred = await harness.credentials(sandbox, BANK, n)
-    access_id = await harness.add_access(db_url, BANK, n, cred["username"], cred["password"])
-    return access_id, cred
+    return await harness.bank_access(sandbox, db_url, BANK, n)
 
 
 async def _scrape_exact(

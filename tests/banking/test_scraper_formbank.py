@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 from datetime import timedelta
-from pathlib import Path
 from typing import Any
 
 import pytest
@@ -16,18 +15,8 @@ from tests.banking import _harness as harness
 BANK = "formbank"
 
 
-@pytest.fixture
-async def sqlite_url(tmp_path: Path) -> str:
-    """A migrated SQLite database, for the tests whose point is not the backend."""
-    url = f"sqlite+aiosqlite:///{tmp_path / 'formbank.db'}"
-    await migrate(url)
-    return url
-
-
-async def _access(sandbox: Sandbox, db_url: str, n: int) -> tuple[int, dict[str, str]]:
-    cred = await harness.credentials(sandbox, BANK, n)
-    access_id = await harness.add_access(db_url, BANK, n, cred["username"], cred["password"])
-    return access_id, cred
+async def _access(sandbox: Sandbox, db_url: str, n: int) -> tuple[int, dict[str, Any]]:
+    return await harness.bank_access(sandbox, db_url, BANK, n)
 
 
 async def _scrape(

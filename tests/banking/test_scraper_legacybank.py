@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import logging
 from datetime import timedelta
-from pathlib import Path
 from typing import Any
 
 import pytest
@@ -20,18 +19,8 @@ from tests.banking import _harness as harness
 BANK = "legacybank"
 
 
-@pytest.fixture
-async def sqlite_url(tmp_path: Path) -> str:
-    """A migrated SQLite database (the flows below do not depend on the backend)."""
-    url = f"sqlite+aiosqlite:///{tmp_path / 'legacy.db'}"
-    await migrate(url)
-    return url
-
-
 async def _access(sandbox: Sandbox, db_url: str, n: int) -> tuple[int, dict[str, Any]]:
-    cred = await harness.credentials(sandbox, BANK, n)
-    access_id = await harness.add_access(db_url, BANK, n, cred["username"], cred["password"])
-    return access_id, cred
+    return await harness.bank_access(sandbox, db_url, BANK, n)
 
 
 async def _scrape(
