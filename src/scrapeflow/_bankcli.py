@@ -331,7 +331,7 @@ def _scrape(
     ctx: typer.Context,
     access_id: Annotated[int, typer.Argument(help="The access to scrape.")],
 ) -> None:
-    """Run one scraper for one access (debugging; --log-level DEBUG shows each request)."""
+    """Run one scraper for one access (debugging: scrapeflow --log-level DEBUG bank scrape N)."""
     _scrape_one(ctx, access_id, None)
 
 
