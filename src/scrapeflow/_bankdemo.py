@@ -135,8 +135,11 @@ async def _summaries(db_url: str) -> dict[str, tuple[int, dict[str, Decimal], in
     return found
 
 
-def run_bank_demo(sandbox: Sandbox, workdir: Path, out: Console) -> int:
-    """Refresh the demo customers; print accounts, movements and timings. 0 when all succeed."""
+def run_bank_demo(sandbox: Sandbox, workdir: Path, out: Console, *, kept: bool = False) -> int:
+    """Refresh the demo customers; print accounts, movements and timings. 0 when all succeed.
+
+    ``kept``: ``workdir`` outlives the demo (``--dir``), so its database and logs are named.
+    """
     for bank in BANKS:
         sandbox.sites[bank].guard.latency_ms = DEFAULT_BANK_LATENCY_MS
     db_url = f"sqlite+aiosqlite:///{workdir / 'banking.db'}"
@@ -168,9 +171,11 @@ def run_bank_demo(sandbox: Sandbox, workdir: Path, out: Console) -> int:
         totals = summaries[report.external_id][1]
         money = ", ".join(f"{currency} {total:,.2f}" for currency, total in sorted(totals.items()))
         out.print(f"  {escape(report.external_id)} holds {money}")
-    out.print(
-        f"all {len(reports)} customers refreshed at once in {elapsed:.2f} s; the database "
-        f"is {escape(str(workdir / 'banking.db'))}, one log per launch in "
+    where = (
+        f"the database is {escape(str(workdir / 'banking.db'))}, one log per launch in "
         f"{escape(str(workdir / 'logs'))}"
+        if kept
+        else "--dir DIR keeps the database and the launch logs"
     )
+    out.print(f"all {len(reports)} customers refreshed at once in {elapsed:.2f} s; {where}")
     return 0 if all(r.ok for r in reports) else 1

@@ -93,7 +93,7 @@ def run_demo(*, pages: int, directory: Path | None, out: Console, err: Console) 
                 f"in {time.perf_counter() - started:.2f} s"
             )
             out.print(summary_table(summarize(workdir), title="status_summary"))
-            banks_failed = run_bank_demo(sandbox, workdir, out)
+            banks_failed = run_bank_demo(sandbox, workdir, out, kept=keep)
         return 1 if first.failed or banks_failed else 0
     finally:
         if not keep:
