@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 from sqlalchemy.engine import make_url
@@ -20,10 +21,27 @@ async def migrate(url: str, revision: str = "head") -> None:
 
     >>> await migrate("sqlite+aiosqlite:///scrapeflow.db")  # doctest: +SKIP
     """
+    _check_sqlite_path(url)
     try:
         await _migrate(url, MIGRATIONS_DIR, revision)
     except (ArgumentError, NoSuchModuleError, OperationalError, DBAPIError, OSError) as exc:
         raise ConfigError(f"cannot open the database {_shown(url)}: {_reason(exc)}") from None
+
+
+def _check_sqlite_path(url: str) -> None:
+    """A SQLite file in a directory that is missing or read-only: say so before connecting
+    (aiosqlite's connection thread would also print a traceback of its own)."""
+    try:
+        parsed = make_url(url)
+    except ArgumentError:
+        return  # create_engine names the bad URL
+    if parsed.get_backend_name() != "sqlite" or parsed.database in (None, "", ":memory:"):
+        return
+    folder = Path(parsed.database).expanduser().absolute().parent
+    if not folder.is_dir():
+        raise ConfigError(f"cannot open the database {_shown(url)}: no directory {folder}")
+    if not os.access(folder, os.W_OK):
+        raise ConfigError(f"cannot open the database {_shown(url)}: {folder} is not writable")
 
 
 def _shown(url: str) -> str:
