@@ -345,6 +345,11 @@ async def test_a_customer_already_refreshing_is_refused_the_others_run(
     assert reports[0].refused and "already being refreshed" in reports[0].refused
     assert not reports[0].ok and reports[0].accesses == []
     assert reports[1].ok
+    # one log per launch that ran: the refused one left none
+    assert sorted(p.name.split("_")[1] for p in (tmp_path / "logs").iterdir()) == [
+        "customer-cust-1",
+        "customer-cust-3",
+    ]
 
 
 async def test_a_busy_bank_does_not_hold_slots_other_banks_need(

@@ -6,6 +6,7 @@ URL credentials like every scrapeflow log; scrapers never hand it a password.
 
 from __future__ import annotations
 
+import os
 import re
 from datetime import UTC, datetime
 from pathlib import Path
@@ -14,6 +15,7 @@ from typing import IO, Any
 import orjson
 
 from scrapeflow._redact import redact_value
+from scrapeflow.errors import ConfigError
 
 __all__ = ["LaunchLog"]
 
@@ -31,11 +33,14 @@ class LaunchLog:
             stamp = datetime.now(UTC).strftime("%Y%m%dT%H%M%SZ")
             customer = _UNSAFE.sub("_", external_id)[:60]
             self.path = log_dir / f"{stamp}_customer-{customer}_{launch_id}.log"
-            self._file = self.path.open("ab")
+            if not os.access(log_dir, os.W_OK):
+                raise ConfigError(f"the log directory {log_dir} is not writable")
 
     def write(self, event: str, **fields: Any) -> None:
-        if self._file is None:
+        if self.path is None:
             return
+        if self._file is None:  # opened on the first line: a refused launch leaves no file
+            self._file = self.path.open("ab")
         record = {"at": datetime.now(UTC).isoformat(), "event": event}
         record.update({k: redact_value(v) for k, v in fields.items()})
         self._file.write(orjson.dumps(record, default=str, option=orjson.OPT_NON_STR_KEYS) + b"\n")
