@@ -65,6 +65,26 @@ def _launcher(db_url: str, sandbox: Sandbox, tmp_path: Path, **kwargs) -> Launch
     )
 
 
+class Seen:
+    """An ``on_event`` that lets a test wait for an event instead of sleeping a guess."""
+
+    def __init__(self) -> None:
+        self.events: list[LaunchEvent] = []
+        self._changed = asyncio.Event()
+
+    def __call__(self, event: LaunchEvent) -> None:
+        self.events.append(event)
+        self._changed.set()
+
+    async def wait(self, kind: EventKind, **match: object) -> None:
+        while not any(
+            e.kind is kind and all(getattr(e, k) == v for k, v in match.items())
+            for e in self.events
+        ):
+            self._changed.clear()
+            await asyncio.wait_for(self._changed.wait(), timeout=30)
+
+
 async def _assert_exact(db_url, sandbox, accesses, since: date) -> int:
     compared = 0
     for bank, info in accesses.items():
@@ -150,9 +170,11 @@ async def test_a_second_refresh_of_the_same_customer_is_refused_while_one_runs(
 ) -> None:
     await migrate(db_url)
     await _customer(db_url, sandbox, 5, banks=("formbank",))
-    async with _launcher(db_url, sandbox, tmp_path) as launcher:
+    sandbox.sites["formbank"].guard.latency_ms = (50.0, 50.0)  # the first runs a while
+    seen = Seen()
+    async with _launcher(db_url, sandbox, tmp_path, on_event=seen) as launcher:
         first = asyncio.create_task(launcher.refresh("cust-5"))
-        await asyncio.sleep(0.05)
+        await seen.wait(EventKind.LAUNCH_STARTED)
         with pytest.raises(RefreshInProgress, match="cust-5"):
             await launcher.refresh("cust-5")
         assert (await first).ok
@@ -336,10 +358,11 @@ async def test_a_customer_already_refreshing_is_refused_the_others_run(
     await migrate(db_url)
     await _customer(db_url, sandbox, 1, banks=("formbank",))
     await _customer(db_url, sandbox, 3, banks=("apibank",))
-    sandbox.sites["formbank"].guard.latency_ms = (30.0, 30.0)
-    async with _launcher(db_url, sandbox, tmp_path) as launcher:
+    sandbox.sites["formbank"].guard.latency_ms = (50.0, 50.0)
+    seen = Seen()
+    async with _launcher(db_url, sandbox, tmp_path, on_event=seen) as launcher:
         first = asyncio.create_task(launcher.refresh("cust-1"))
-        await asyncio.sleep(0.1)
+        await seen.wait(EventKind.LAUNCH_STARTED)
         reports = await launcher.refresh_many(["cust-1", "cust-3"])
         assert (await first).ok
     assert reports[0].refused and "already being refreshed" in reports[0].refused
@@ -388,9 +411,11 @@ async def test_stopping_a_launch_keeps_the_state_of_accesses_that_never_ran(
             assert saved
             sandbox.sites["apibank"].guard.latency_ms = (300.0, 300.0)
             slow = LaunchLimits(overall=1)  # the legacy access waits behind the slow one
-            async with _launcher(db_url, sandbox, tmp_path, limits=slow) as stopping:
+            seen = Seen()
+            async with _launcher(db_url, sandbox, tmp_path, limits=slow, on_event=seen) as stopping:
                 task = asyncio.create_task(stopping.refresh("cust-2"))
-                await asyncio.sleep(0.5)
+                await seen.wait(EventKind.LAUNCH_STARTED)
+                await asyncio.sleep(0.3)  # the API bank's access is at its first requests
                 task.cancel()
                 with pytest.raises(asyncio.CancelledError):
                     await task
@@ -408,10 +433,11 @@ async def test_an_access_being_resumed_is_not_scraped_twice(
     await migrate(db_url)
     accesses = await _customer(db_url, sandbox, 1, banks=("formbank", "apibank"))
     form_id = accesses["formbank"]["access_id"]
-    sandbox.sites["formbank"].guard.latency_ms = (30.0, 30.0)
-    async with _launcher(db_url, sandbox, tmp_path) as launcher:
+    sandbox.sites["formbank"].guard.latency_ms = (50.0, 50.0)
+    seen = Seen()
+    async with _launcher(db_url, sandbox, tmp_path, on_event=seen) as launcher:
         alone = asyncio.create_task(launcher.scrape_access(form_id))
-        await asyncio.sleep(0.1)
+        await seen.wait(EventKind.ACCOUNTS, access_id=form_id)  # claimed, mid-scrape
         report = await launcher.refresh("cust-1")
         assert (await alone).code is ResultCode.SUCCESS
     assert [a.bank for a in report.accesses] == ["apibank"]

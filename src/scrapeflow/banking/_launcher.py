@@ -310,14 +310,18 @@ class Launcher:
             )
         finally:
             self._held.difference_update(j.access_id for j in jobs)
-            await asyncio.shield(self._finish_customer(customer_id))
-            report.seconds = time.monotonic() - started
-            log.write(
-                "launch finished",
-                seconds=round(report.seconds, 3),
-                results={a.access_id: a.code.value for a in report.accesses},
-            )
-            log.close()
+            try:
+                # Shielded: a stop (Ctrl-C) still marks the customer; a second stop while
+                # that write runs leaves it to the watchdog, but the log is closed anyway.
+                await asyncio.shield(self._finish_customer(customer_id))
+            finally:
+                report.seconds = time.monotonic() - started
+                log.write(
+                    "launch finished",
+                    seconds=round(report.seconds, 3),
+                    results={a.access_id: a.code.value for a in report.accesses},
+                )
+                log.close()
         await self._emit(
             None,
             LaunchEvent(

@@ -28,6 +28,7 @@ class LaunchLog:
     def __init__(self, log_dir: Path | None, *, external_id: str, launch_id: str) -> None:
         self.path: Path | None = None
         self._file: IO[bytes] | None = None
+        self._closed = False
         if log_dir is not None:
             log_dir.mkdir(parents=True, exist_ok=True)
             stamp = datetime.now(UTC).strftime("%Y%m%dT%H%M%SZ")
@@ -39,6 +40,13 @@ class LaunchLog:
     def write(self, event: str, **fields: Any) -> None:
         if self.path is None:
             return
+        if self._closed:  # a straggler (an access finishing after a stop): append, close
+            self._closed = False
+            try:
+                self.write(event, **fields)
+            finally:
+                self.close()
+            return
         if self._file is None:  # opened on the first line: a refused launch leaves no file
             self._file = self.path.open("ab")
         record = {"at": datetime.now(UTC).isoformat(), "event": event}
@@ -47,6 +55,7 @@ class LaunchLog:
         self._file.flush()
 
     def close(self) -> None:
+        self._closed = True
         if self._file is not None:
             self._file.close()
             self._file = None
