@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING, Any, NamedTuple, TypeAlias
 
 import aiohttp
 
-from scrapeflow._redact import redact
+from scrapeflow._util.redact import redact
 from scrapeflow.errors import ConfigError
 from scrapeflow.status import ERROR_PREFIX, SKIPPED, SUCCESS, StatusData
 

@@ -27,9 +27,9 @@ from rich.text import Text
 
 from scrapeflow._bankcli import bank_app
 from scrapeflow._console import http_table, run_async, scrape_with_display, summary_table
-from scrapeflow._jsonfile import atomic_write_bytes
-from scrapeflow._logging import configure_logging
-from scrapeflow._redact import redact
+from scrapeflow._util.atomic import atomic_write_bytes
+from scrapeflow._util.logs import configure_logging
+from scrapeflow._util.redact import redact
 from scrapeflow.errors import InputError, ScrapeflowError, StatusError, TaskConflict
 from scrapeflow.executor import ALL
 from scrapeflow.http import HostPolicy, HttpConfig, RetryPolicy

@@ -25,7 +25,6 @@ from typing import Any
 
 import orjson
 
-from scrapeflow._logging import get_logger
 from scrapeflow._taskify import (
     ALL,
     Context,
@@ -37,6 +36,7 @@ from scrapeflow._taskify import (
     task_clock,
     taskify,
 )
+from scrapeflow._util.logs import get_logger
 from scrapeflow.errors import ConfigError, InputError, TaskConflict, TaskNotFound
 from scrapeflow.http import HttpClient, HttpConfig
 from scrapeflow.proxies import ProxyProvider

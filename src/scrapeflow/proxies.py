@@ -32,7 +32,7 @@ from urllib.parse import quote
 import aiohttp
 import yarl
 
-from scrapeflow._redact import redact
+from scrapeflow._util.redact import redact
 from scrapeflow.errors import (
     ConfigError,
     InputError,

@@ -29,8 +29,8 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any, overload
 
-from scrapeflow._jsonfile import write_new_or_replace
 from scrapeflow._taskify import Context, taskify
+from scrapeflow._util.atomic import write_new_or_replace
 from scrapeflow.errors import (
     CaptchaDetected,
     HTTPStatusError,

@@ -26,8 +26,8 @@ from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 
 import orjson
 
-from scrapeflow._jsonfile import atomic_write_bytes, sweep_stale_temp_files
-from scrapeflow._logging import get_logger
+from scrapeflow._util.atomic import atomic_write_bytes, sweep_stale_temp_files
+from scrapeflow._util.logs import get_logger
 from scrapeflow.errors import InputError, MissingExtra, StatusCorrupt, StatusError
 
 if TYPE_CHECKING:

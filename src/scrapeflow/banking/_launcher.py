@@ -38,8 +38,8 @@ from typing import Any, TypeVar
 from sqlalchemy import select, update
 from sqlalchemy.ext.asyncio import AsyncEngine, AsyncSession, async_sessionmaker
 
-from scrapeflow._logging import get_logger
-from scrapeflow._redact import redact
+from scrapeflow._util.logs import get_logger
+from scrapeflow._util.redact import redact
 from scrapeflow.banking._directory import find_customer
 from scrapeflow.banking._events import EventKind, EventSink, LaunchEvent
 from scrapeflow.banking._launchlog import LaunchLog

@@ -14,7 +14,7 @@ from typing import IO, Any
 
 import orjson
 
-from scrapeflow._redact import redact_value
+from scrapeflow._util.redact import redact_value
 from scrapeflow.errors import ConfigError
 
 __all__ = ["LaunchLog"]

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 from importlib.metadata import entry_points
 
-from scrapeflow._logging import get_logger
+from scrapeflow._util.logs import get_logger
 from scrapeflow.banking._scraper import BasicScraper
 from scrapeflow.errors import ConfigError, UnknownScraper
 

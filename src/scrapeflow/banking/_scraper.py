@@ -31,7 +31,7 @@ from typing import Any, ClassVar, NoReturn, TypeVar
 
 import yarl
 
-from scrapeflow._logging import get_logger
+from scrapeflow._util.logs import get_logger
 from scrapeflow.banking._events import EventKind
 from scrapeflow.banking._models import AccountRecord, MovementRecord
 from scrapeflow.banking._results import ResultCode

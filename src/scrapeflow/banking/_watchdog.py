@@ -18,7 +18,7 @@ from datetime import UTC, datetime, timedelta
 from sqlalchemy import func, or_, select, update
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
-from scrapeflow._logging import get_logger
+from scrapeflow._util.logs import get_logger
 from scrapeflow.banking._models import Access, Customer
 from scrapeflow.banking._results import ResultCode, ScrapeState
 

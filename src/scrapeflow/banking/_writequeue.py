@@ -18,7 +18,7 @@ from typing import Any, TypeVar
 
 from sqlalchemy.exc import DBAPIError, OperationalError
 
-from scrapeflow._logging import get_logger
+from scrapeflow._util.logs import get_logger
 
 __all__ = ["WriteQueue", "writers_for"]
 

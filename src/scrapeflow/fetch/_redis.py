@@ -12,7 +12,7 @@ from typing import Any
 
 import orjson
 
-from scrapeflow._redact import redact
+from scrapeflow._util.redact import redact
 from scrapeflow.errors import ConfigError, MissingExtra, StorageError
 from scrapeflow.storage import IndexEntry
 

@@ -39,8 +39,8 @@ import aiohttp
 import yarl
 from multidict import CIMultiDict, CIMultiDictProxy
 
-from scrapeflow._logging import get_logger
-from scrapeflow._redact import redact
+from scrapeflow._util.logs import get_logger
+from scrapeflow._util.redact import redact
 from scrapeflow.errors import (
     Banned,
     CaptchaDetected,

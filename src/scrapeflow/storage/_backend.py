@@ -12,7 +12,7 @@ from typing import Any, Protocol
 
 from fsspec.core import split_protocol
 
-from scrapeflow._redact import redact
+from scrapeflow._util.redact import redact
 from scrapeflow.errors import ConfigError
 
 __all__ = ["Backend", "open_backend"]

@@ -21,7 +21,7 @@ from typing import Any
 
 import orjson
 
-from scrapeflow._redact import redact
+from scrapeflow._util.redact import redact
 from scrapeflow.errors import ConfigError, ObjectNotFound, StorageCorrupt
 from scrapeflow.storage._spool import SharedAppendFile, trim_cut_line
 from scrapeflow.storage._store import BlobStore

@@ -21,7 +21,7 @@ import itertools
 import os
 import shutil
 
-from scrapeflow._jsonfile import TMP_MARK, atomic_write_bytes
+from scrapeflow._util.atomic import TMP_MARK, atomic_write_bytes
 from scrapeflow.errors import StorageError, StoreUnavailable
 from scrapeflow.storage._types import split_lines
 

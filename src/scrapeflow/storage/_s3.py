@@ -31,7 +31,7 @@ from typing import Any
 
 import s3fs
 
-from scrapeflow._redact import redact
+from scrapeflow._util.redact import redact
 from scrapeflow.errors import ConfigError, StorageError, StoreUnavailable
 from scrapeflow.storage._types import split_lines
 

@@ -18,7 +18,7 @@ from http import HTTPStatus
 from pathlib import Path
 from types import ModuleType, TracebackType
 
-from scrapeflow._jsonfile import TMP_MARK
+from scrapeflow._util.atomic import TMP_MARK
 from scrapeflow.errors import ConfigError, MissingExtra
 from scrapeflow.storage._fetchlog import spool_path
 from scrapeflow.storage._local import THREAD_THRESHOLD

@@ -14,7 +14,7 @@ from typing import Any, TextIO
 
 import structlog
 
-from scrapeflow._redact import redact_value
+from scrapeflow._util.redact import redact_value
 
 __all__ = ["configure_logging", "get_logger"]
 
