@@ -73,8 +73,6 @@ from datetime import date, datetime
 from pathlib import Path
 from typing import Any
 
-import aiohttp
-
 from _loopback import (
     cpu_seconds_of,
     cpu_seconds_self,
@@ -190,14 +188,13 @@ class SandboxProcess:
 
     def today(self) -> date:
         """The sandbox date (its clock stands still unless moved through the admin API)."""
-        import urllib.request
+        from scrapeflow.sandbox import SandboxAdmin
 
-        request = urllib.request.Request(
-            self.manifest["sites"]["formbank"] + "/__admin/clock",
-            headers={"Authorization": f"Bearer {self.token}"},
-        )
-        with urllib.request.urlopen(request, timeout=10) as response:
-            return datetime.fromisoformat(json.load(response)["now"]).date()
+        async def now() -> datetime:
+            async with SandboxAdmin.from_manifest(self.manifest) as admin:
+                return await admin.now()
+
+        return asyncio.run(now()).date()
 
 
 # --- tinyproxy: one exit IP each ------------------------------------------------------------
@@ -336,15 +333,15 @@ class PipeProxies:
 
 
 async def _credentials(manifest: dict[str, Any], customers: Sequence[int]) -> dict[tuple, Any]:
-    headers = {"Authorization": f"Bearer {manifest['admin_token']}"}
+    from scrapeflow.sandbox import SandboxAdmin
+
     limit = asyncio.Semaphore(20)
     found: dict[tuple, Any] = {}
-    async with aiohttp.ClientSession(headers=headers) as http:
+    async with SandboxAdmin.from_manifest(manifest) as admin:
 
         async def one(bank: str, n: int) -> None:
-            async with limit, http.get(f"{manifest['sites'][bank]}/__admin/customers/{n}") as r:
-                r.raise_for_status()
-                found[bank, n] = await r.json()
+            async with limit:
+                found[bank, n] = await admin.customer(bank, n)
 
         await asyncio.gather(*(one(b, n) for n in customers for b in BANKS))
     return found

@@ -37,7 +37,6 @@ import subprocess
 import sys
 import tempfile
 import time
-import urllib.request
 from collections import Counter
 from collections.abc import Iterator
 from pathlib import Path
@@ -53,7 +52,7 @@ from tests._tinyproxy import run_tinyproxy  # noqa: E402
 from scrapeflow.executor import RunProgress, execute_async  # noqa: E402
 from scrapeflow.http import HostPolicy, HttpClient, HttpConfig, Response, RetryPolicy  # noqa: E402
 from scrapeflow.proxies import ProxyProviderFromList  # noqa: E402
-from scrapeflow.sandbox import CAPTCHA_MARKER, FeedSite, SandboxState  # noqa: E402
+from scrapeflow.sandbox import CAPTCHA_MARKER, FeedSite, SandboxAdmin, SandboxState  # noqa: E402
 from scrapeflow.scrape import scrape, scrape_with_validation  # noqa: E402
 
 RESULTS = Path(__file__).resolve().parent / "results" / "unblocked.json"
@@ -137,8 +136,8 @@ def check_output(directory: Path, tasks: dict[str, Any], truth: FeedSite) -> dic
 
 
 @contextlib.contextmanager
-def sandbox_process() -> Iterator[str]:
-    """``scrapeflow sandbox --hostility hostile`` in a subprocess; yields the feed's URL."""
+def sandbox_process() -> Iterator[dict[str, Any]]:
+    """``scrapeflow sandbox --hostility hostile`` in a subprocess; yields its manifest."""
     env = {**os.environ, "SCRAPEFLOW_SANDBOX_ADMIN_TOKEN": TOKEN}
     command = [sys.executable, "-m", "scrapeflow", "sandbox", "--hostility", "hostile"]
     process = subprocess.Popen(
@@ -166,7 +165,7 @@ def sandbox_process() -> Iterator[str]:
             "check_headers": True,
         }:
             raise RuntimeError(f"not the hostile profile: {manifest['switches']}")
-        yield manifest["sites"]["feed"]
+        yield manifest
     finally:
         process.send_signal(signal.SIGINT)
         try:
@@ -174,18 +173,6 @@ def sandbox_process() -> Iterator[str]:
         except subprocess.TimeoutExpired:
             process.kill()
             process.wait()
-
-
-def admin(feed: str, path: str, body: dict[str, Any] | None = None, method: str = "GET") -> Any:
-    data = None if body is None else json.dumps(body).encode()
-    request = urllib.request.Request(
-        f"{feed}/__admin/{path}",
-        data=data,
-        method=method if body is None else "POST",
-        headers={"Authorization": f"Bearer {TOKEN}"},
-    )
-    with urllib.request.urlopen(request, timeout=10) as answer:
-        return json.load(answer)
 
 
 def guard_delta(before: dict[str, int], after: dict[str, int]) -> dict[str, int]:
@@ -196,7 +183,11 @@ def guard_delta(before: dict[str, int], after: dict[str, int]) -> dict[str, int]
 
 
 async def proxied_run(
-    feed: str, proxies: list[str], tasks: dict[str, Any], directory: Path, args: argparse.Namespace
+    admin: SandboxAdmin,
+    proxies: list[str],
+    tasks: dict[str, Any],
+    directory: Path,
+    args: argparse.Namespace,
 ) -> dict[str, Any]:
     config = HttpConfig(
         max_connections=len(proxies) * args.per_ip * 2,
@@ -206,14 +197,17 @@ async def proxied_run(
         quarantine=30.0,
         seed=SEED,
     )
-    before = admin(feed, "stats")
+    before = await admin.stats("feed")
     banned_ip = None
+    banning: list[asyncio.Task[None]] = []
 
     def on_progress(progress: RunProgress) -> None:
         nonlocal banned_ip
         if banned_ip is None and progress.done >= len(tasks) * args.ban_at:
             banned_ip = PROXY_IPS[1]
-            admin(feed, "block", {"ip": banned_ip, "seconds": 300})
+            # A progress callback is synchronous: the ban is sent beside the run, not inside it.
+            ban = admin.block("feed", banned_ip, seconds=300)
+            banning.append(asyncio.get_running_loop().create_task(ban))
             print(f"  banned {banned_ip} through the admin API at {progress.done} pages")
 
     started = time.monotonic()
@@ -237,6 +231,7 @@ async def proxied_run(
         except TimeoutError:
             done = []
         seconds = time.monotonic() - started
+        await asyncio.gather(*banning)
         totals = http.stats.totals()
         exit_ip = {
             proxy.removeprefix("http://"): ip for proxy, ip in zip(proxies, PROXY_IPS, strict=True)
@@ -264,20 +259,20 @@ async def proxied_run(
         "errors": dict(totals.errors),
         "banned_by_admin": banned_ip,
         "per_proxy": per_proxy,
-        "guard": guard_delta(before, admin(feed, "stats")),
+        "guard": guard_delta(before, await admin.stats("feed")),
     }
 
 
 async def naive_run(
-    feed: str,
+    admin: SandboxAdmin,
     tasks: dict[str, Any],
     directory: Path,
     config: HttpConfig,
     parallelism: int,
     seconds: float,
 ) -> dict[str, Any]:
-    admin(feed, "block", method="DELETE")  # a fresh IP state: nothing carried over
-    before = admin(feed, "stats")
+    await admin.unblock_all("feed")  # a fresh IP state: nothing carried over
+    before = await admin.stats("feed")
     first_bad: list[float] = []
     started = time.monotonic()
 
@@ -316,26 +311,29 @@ async def naive_run(
         "throttled": totals.throttled,
         "task_outcomes": dict(statuses),
         "first_empty_page_after_s": round(first_bad[0], 1) if first_bad else None,
-        "guard": guard_delta(before, admin(feed, "stats")),
+        "guard": guard_delta(before, await admin.stats("feed")),
     }
 
 
 async def main(args: argparse.Namespace) -> dict[str, Any]:
     truth = FeedSite(SandboxState(seed=SEED, admin_token="truth"))  # the same posts, locally
     report: dict[str, Any] = {"pages": args.pages, "machine": machine_info()}
-    with sandbox_process() as feed, contextlib.ExitStack() as stack:
+    async with contextlib.AsyncExitStack() as stack:
+        manifest = stack.enter_context(sandbox_process())
+        feed = manifest["sites"]["feed"]
+        admin = await stack.enter_async_context(SandboxAdmin.from_manifest(manifest))
         proxies = [stack.enter_context(run_tinyproxy(ip)) for ip in PROXY_IPS]
         tasks = feed_tasks(truth, feed, args.pages)
         with tempfile.TemporaryDirectory(prefix="unblocked-") as tmp:
             print(f"proxied: {args.pages} pages through {len(proxies)} proxies ...", flush=True)
-            run = await proxied_run(feed, proxies, tasks, Path(tmp) / "proxied", args)
+            run = await proxied_run(admin, proxies, tasks, Path(tmp) / "proxied", args)
             run["output"] = check_output(Path(tmp) / "proxied", tasks, truth)
             report["proxied"] = run
 
             print("naive (a): aiohttp's headers, no proxies, no retries ...", flush=True)
             config = HttpConfig(identities="none", retry=RetryPolicy(attempts=1, ban_retries=0))
             run = await naive_run(
-                feed, tasks, Path(tmp) / "naive-a", config, 16, args.naive_seconds
+                admin, tasks, Path(tmp) / "naive-a", config, 16, args.naive_seconds
             )
             run["output"] = check_output(Path(tmp) / "naive-a", tasks, truth)
             report["naive_aiohttp_headers"] = run
@@ -348,7 +346,7 @@ async def main(args: argparse.Namespace) -> dict[str, Any]:
                 seed=SEED,
             )
             run = await naive_run(
-                feed, tasks, Path(tmp) / "naive-b", config, 32, args.naive_seconds
+                admin, tasks, Path(tmp) / "naive-b", config, 32, args.naive_seconds
             )
             run["output"] = check_output(Path(tmp) / "naive-b", tasks, truth)
             report["naive_browser_headers"] = run

@@ -2,16 +2,18 @@
 
 Scraper tests use :func:`scrape_once` (one scraper, one access, no launcher), launcher tests the
 launcher itself; both compare with :func:`truth` through :func:`stored` and :func:`assert_exact`.
+The sandbox's admin API is called through :class:`~scrapeflow.sandbox.SandboxAdmin`;
+:func:`credentials`, :func:`truth`, :func:`sandbox_today` and :func:`admin` are one-call
+shorthands for it.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from datetime import date, datetime
+from datetime import date
 from decimal import Decimal
 from typing import Any
 
-import aiohttp
 from sqlalchemy import select
 
 from scrapeflow.banking import (
@@ -33,45 +35,36 @@ from scrapeflow.banking import (
 )
 from scrapeflow.db import create_engine, session_factory
 from scrapeflow.http import HttpClient, HttpConfig, RetryPolicy
-from scrapeflow.sandbox import Sandbox
+from scrapeflow.sandbox import BankTruth, CustomerLogin, Sandbox, SandboxAdmin
 
 VAULT = CredentialVault([CredentialVault.generate_key()])
 
 
 async def admin(sandbox: Sandbox, bank: str, path: str, body: dict[str, Any] | None = None) -> Any:
-    """Call the admin API of ``bank`` (``sandbox.urls[bank]``)."""
-    headers = {"Authorization": f"Bearer {sandbox.admin_token}"}
-    async with aiohttp.ClientSession() as http:
-        method = "GET" if body is None else "POST"
-        async with http.request(
-            method, sandbox.urls[bank] + path, json=body, headers=headers
-        ) as response:
-            assert response.status == 200, (path, response.status, await response.text())
-            return await response.json()
+    """Call any admin route of ``bank``: GET, or POST ``body``. Prefer :class:`SandboxAdmin`'s
+    typed methods; this stays for tests that list routes as data."""
+    async with SandboxAdmin.from_sandbox(sandbox) as client:
+        return await client.request(bank, "GET" if body is None else "POST", path, json=body)
 
 
 async def admin_delete(sandbox: Sandbox, bank: str, path: str) -> Any:
-    headers = {"Authorization": f"Bearer {sandbox.admin_token}"}
-    async with (
-        aiohttp.ClientSession() as http,
-        http.delete(sandbox.urls[bank] + path, headers=headers) as response,
-    ):
-        assert response.status == 200, (path, response.status)
-        return await response.json()
+    async with SandboxAdmin.from_sandbox(sandbox) as client:
+        return await client.request(bank, "DELETE", path)
 
 
-async def credentials(sandbox: Sandbox, bank: str, n: int) -> dict[str, Any]:
-    return await admin(sandbox, bank, f"/__admin/customers/{n}")
+async def credentials(sandbox: Sandbox, bank: str, n: int) -> CustomerLogin:
+    async with SandboxAdmin.from_sandbox(sandbox) as client:
+        return await client.customer(bank, n)
 
 
 async def sandbox_today(sandbox: Sandbox, bank: str = "formbank") -> date:
-    now = (await admin(sandbox, bank, "/__admin/clock"))["now"]
-    return datetime.fromisoformat(now).date()
+    async with SandboxAdmin.from_sandbox(sandbox) as client:
+        return (await client.now(site=bank)).date()
 
 
-async def truth(sandbox: Sandbox, bank: str, username: str, since: date | None = None) -> Any:
-    query = f"?since={since.isoformat()}" if since else ""
-    return await admin(sandbox, bank, f"/__admin/truth/{username}{query}")
+async def truth(sandbox: Sandbox, bank: str, username: str, since: date | None = None) -> BankTruth:
+    async with SandboxAdmin.from_sandbox(sandbox) as client:
+        return await client.truth(bank, username, since=since)
 
 
 async def add_access(db_url: str, bank: str, n: int, username: str, password: str) -> int:
@@ -107,7 +100,7 @@ async def add_access(db_url: str, bank: str, n: int, username: str, password: st
 
 async def bank_access(
     sandbox: Sandbox, db_url: str, bank: str, n: int
-) -> tuple[int, dict[str, Any]]:
+) -> tuple[int, CustomerLogin]:
     """Customer n's access at ``bank`` (credentials from the sandbox); (access id, credentials)."""
     cred = await credentials(sandbox, bank, n)
     return await add_access(db_url, bank, n, cred["username"], cred["password"]), cred
@@ -210,7 +203,7 @@ async def stored(db_url: str, access_id: int) -> tuple[list[Account], dict[str, 
 def assert_exact(
     accounts: list[Account],
     movements: dict[str, list[Movement]],
-    expected: dict[str, Any],
+    expected: BankTruth,
     *,
     since: date,
 ) -> int:

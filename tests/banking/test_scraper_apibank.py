@@ -15,14 +15,14 @@ import pytest
 
 from scrapeflow.banking import IncrementalPolicy, ResultCode, migrate
 from scrapeflow.banking.scrapers.apibank import ApiBankScraper
-from scrapeflow.sandbox import Sandbox
+from scrapeflow.sandbox import CustomerLogin, Sandbox, SandboxAdmin
 from scrapeflow.sandbox.banks import ApiBank
 from tests.banking import _harness as harness
 
 BANK = "apibank"
 
 
-async def _access(sandbox: Sandbox, db_url: str, n: int) -> tuple[int, dict[str, Any]]:
+async def _access(sandbox: Sandbox, db_url: str, n: int) -> tuple[int, CustomerLogin]:
     return await harness.bank_access(sandbox, db_url, BANK, n)
 
 
@@ -169,7 +169,8 @@ async def test_locked_user(sandbox: Sandbox, sqlite_url: str) -> None:
 
 async def test_layout_2_is_a_site_change(sandbox: Sandbox, sqlite_url: str) -> None:
     access_id, cred = await _access(sandbox, sqlite_url, 2)
-    await harness.admin(sandbox, BANK, "/__admin/settings", {"layout": 2})
+    async with SandboxAdmin.from_sandbox(sandbox) as admin:
+        await admin.update_bank_settings(BANK, layout=2)
     result = await harness.scrape_once(sandbox, sqlite_url, BANK, access_id, login=cred["username"])
     assert result.code == ResultCode.SITE_CHANGED
     assert "accounts" in result.detail
@@ -178,7 +179,8 @@ async def test_layout_2_is_a_site_change(sandbox: Sandbox, sqlite_url: str) -> N
 
 async def test_maintenance(sandbox: Sandbox, sqlite_url: str) -> None:
     access_id, cred = await _access(sandbox, sqlite_url, 2)
-    await harness.admin(sandbox, BANK, "/__admin/settings", {"maintenance_rate": 1.0})
+    async with SandboxAdmin.from_sandbox(sandbox) as admin:
+        await admin.update_bank_settings(BANK, maintenance_rate=1.0)
     result = await harness.scrape_once(sandbox, sqlite_url, BANK, access_id, login=cred["username"])
     assert result.code == ResultCode.BANK_UNAVAILABLE
     assert "503" in result.detail
@@ -226,7 +228,8 @@ async def test_incremental_second_run(sandbox: Sandbox, sqlite_url: str) -> None
     pending_before = {m.movement_key for rows in before.values() for m in rows if m.pending}
     assert pending_before
 
-    await harness.admin(sandbox, BANK, "/__admin/clock", {"days": 3})
+    async with SandboxAdmin.from_sandbox(sandbox) as admin:
+        await admin.advance(timedelta(days=3))
     second = await harness.scrape_once(sandbox, sqlite_url, BANK, access_id, login=username)
     assert second.code == ResultCode.SUCCESS
 

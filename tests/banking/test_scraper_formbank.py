@@ -9,18 +9,18 @@ import pytest
 
 from scrapeflow.banking import ResultCode, migrate
 from scrapeflow.http import HostPolicy, HttpClient, HttpConfig, RetryPolicy
-from scrapeflow.sandbox import Sandbox
+from scrapeflow.sandbox import CustomerLogin, Sandbox, SandboxAdmin
 from tests.banking import _harness as harness
 
 BANK = "formbank"
 
 
-async def _access(sandbox: Sandbox, db_url: str, n: int) -> tuple[int, dict[str, Any]]:
+async def _access(sandbox: Sandbox, db_url: str, n: int) -> tuple[int, CustomerLogin]:
     return await harness.bank_access(sandbox, db_url, BANK, n)
 
 
 async def _scrape(
-    sandbox: Sandbox, db_url: str, access_id: int, cred: dict[str, str], **kwargs: Any
+    sandbox: Sandbox, db_url: str, access_id: int, cred: CustomerLogin, **kwargs: Any
 ) -> harness.Scraped:
     return await harness.scrape_once(
         sandbox, db_url, BANK, access_id, login=cred["username"], **kwargs
@@ -77,7 +77,8 @@ async def test_locked_user(sandbox: Sandbox, sqlite_url: str) -> None:
 
 async def test_layout_2_is_a_site_change(sandbox: Sandbox, sqlite_url: str) -> None:
     access_id, cred = await _access(sandbox, sqlite_url, 2)
-    await harness.admin(sandbox, BANK, "/__admin/settings", {"layout": 2})
+    async with SandboxAdmin.from_sandbox(sandbox) as admin:
+        await admin.update_bank_settings(BANK, layout=2)
 
     result = await _scrape(sandbox, sqlite_url, access_id, cred)
 
@@ -88,7 +89,8 @@ async def test_layout_2_is_a_site_change(sandbox: Sandbox, sqlite_url: str) -> N
 
 async def test_maintenance_is_bank_unavailable(sandbox: Sandbox, sqlite_url: str) -> None:
     access_id, cred = await _access(sandbox, sqlite_url, 2)
-    await harness.admin(sandbox, BANK, "/__admin/settings", {"maintenance_rate": 1.0})
+    async with SandboxAdmin.from_sandbox(sandbox) as admin:
+        await admin.update_bank_settings(BANK, maintenance_rate=1.0)
 
     # The client's adaptive slowdown on 503s would only make the test slow.
     http = HttpClient(
@@ -107,7 +109,8 @@ async def test_maintenance_is_bank_unavailable(sandbox: Sandbox, sqlite_url: str
 
 async def test_sessions_ending_mid_scrape_are_renewed(sandbox: Sandbox, sqlite_url: str) -> None:
     access_id, cred = await _access(sandbox, sqlite_url, 2)
-    await harness.admin(sandbox, BANK, "/__admin/settings", {"session_max_requests": 4})
+    async with SandboxAdmin.from_sandbox(sandbox) as admin:
+        await admin.update_bank_settings(BANK, session_max_requests=4)
 
     result = await _scrape(sandbox, sqlite_url, access_id, cred)
 
@@ -125,7 +128,8 @@ async def test_incremental_scrape_posts_pending_movements(sandbox: Sandbox, db_u
     pending = {(ref, m.movement_key) for ref, rows in before.items() for m in rows if m.pending}
     assert pending, "the sandbox should have pending movements at its epoch"
 
-    await harness.admin(sandbox, BANK, "/__admin/clock", {"days": 3})
+    async with SandboxAdmin.from_sandbox(sandbox) as admin:
+        await admin.advance(timedelta(days=3))
     second = await _scrape(sandbox, db_url, access_id, cred)
 
     assert (second.code, second.detail) == (ResultCode.SUCCESS, "")

@@ -13,22 +13,28 @@ from typing import Any
 import pytest
 
 from scrapeflow.banking import IncrementalPolicy, ResultCode, migrate
-from scrapeflow.sandbox import Sandbox
+from scrapeflow.sandbox import CustomerLogin, Sandbox, SandboxAdmin
 from tests.banking import _harness as harness
 
 BANK = "legacybank"
 
 
-async def _access(sandbox: Sandbox, db_url: str, n: int) -> tuple[int, dict[str, Any]]:
+async def _access(sandbox: Sandbox, db_url: str, n: int) -> tuple[int, CustomerLogin]:
     return await harness.bank_access(sandbox, db_url, BANK, n)
 
 
 async def _scrape(
-    sandbox: Sandbox, db_url: str, access_id: int, cred: dict[str, Any], **kwargs: Any
+    sandbox: Sandbox, db_url: str, access_id: int, cred: CustomerLogin, **kwargs: Any
 ) -> harness.Scraped:
     return await harness.scrape_once(
         sandbox, db_url, BANK, access_id, login=cred["username"], **kwargs
     )
+
+
+async def _otp(sandbox: Sandbox, cred: CustomerLogin) -> str:
+    """The code the bank "sent by SMS" to the customer."""
+    async with SandboxAdmin.from_sandbox(sandbox) as admin:
+        return await admin.otp(BANK, cred["username"])
 
 
 async def _assert_matches_truth(
@@ -79,7 +85,7 @@ async def test_one_time_code_then_trusted_device(sandbox: Sandbox, sqlite_url: s
     assert first.state.get("pending") and cred["password"] not in str(first.state)
     assert first.accounts == 0
 
-    code = (await harness.admin(sandbox, BANK, f"/__admin/otp/{cred['username']}"))["code"]
+    code = await _otp(sandbox, cred)
     second = await _scrape(sandbox, sqlite_url, access_id, cred, otp=code, state=first.state)
     assert (second.code, second.detail) == (ResultCode.SUCCESS, "")
     await _assert_matches_truth(sandbox, sqlite_url, access_id, cred["username"], 14)
@@ -90,7 +96,8 @@ async def test_one_time_code_then_trusted_device(sandbox: Sandbox, sqlite_url: s
     third = await _scrape(sandbox, sqlite_url, access_id, cred, state=second.state)
     assert (third.code, third.detail) == (ResultCode.SUCCESS, "")  # the trusted device
 
-    await harness.admin(sandbox, BANK, "/__admin/clock", {"days": 91})
+    async with SandboxAdmin.from_sandbox(sandbox) as admin:
+        await admin.advance(timedelta(days=91))
     expired = await _scrape(sandbox, sqlite_url, access_id, cred, state=third.state)
     assert expired.code == ResultCode.TWO_FACTOR_REQUIRED
     assert expired.state.get("pending")
@@ -100,7 +107,7 @@ async def test_wrong_code(sandbox: Sandbox, sqlite_url: str) -> None:
     access_id, cred = await _access(sandbox, sqlite_url, 6)
     first = await _scrape(sandbox, sqlite_url, access_id, cred)
     assert first.code == ResultCode.TWO_FACTOR_REQUIRED
-    code = (await harness.admin(sandbox, BANK, f"/__admin/otp/{cred['username']}"))["code"]
+    code = await _otp(sandbox, cred)
     wrong = "000000" if code != "000000" else "111111"
     refused = await _scrape(sandbox, sqlite_url, access_id, cred, otp=wrong, state=first.state)
     assert refused.code == ResultCode.TWO_FACTOR_REQUIRED
@@ -120,7 +127,7 @@ async def test_third_wrong_code_starts_a_new_login(sandbox: Sandbox, sqlite_url:
         assert result.code == ResultCode.TWO_FACTOR_REQUIRED
     assert "Ha superado" in result.detail  # the bank's words; a new code was sent
     assert result.state["pending"] != first_pending
-    code = (await harness.admin(sandbox, BANK, f"/__admin/otp/{cred['username']}"))["code"]
+    code = await _otp(sandbox, cred)
     done = await _scrape(sandbox, sqlite_url, access_id, cred, otp=code, state=result.state)
     assert (done.code, done.detail) == (ResultCode.SUCCESS, "")
 
@@ -134,7 +141,7 @@ async def test_code_for_a_session_that_is_gone(sandbox: Sandbox, sqlite_url: str
     assert result.code == ResultCode.TWO_FACTOR_REQUIRED
     assert "new code" in result.detail
     assert result.state["pending"]["JSESSIONID"] != "gone"
-    code = (await harness.admin(sandbox, BANK, f"/__admin/otp/{cred['username']}"))["code"]
+    code = await _otp(sandbox, cred)
     resumed = await _scrape(sandbox, sqlite_url, access_id, cred, otp=code, state=result.state)
     assert resumed.code == ResultCode.SUCCESS, resumed.detail
 
@@ -158,7 +165,8 @@ async def test_wrong_password_and_locked_user(sandbox: Sandbox, sqlite_url: str)
 
 
 async def test_layout_2_is_a_site_change(sandbox: Sandbox, sqlite_url: str) -> None:
-    await harness.admin(sandbox, BANK, "/__admin/settings", {"layout": 2})
+    async with SandboxAdmin.from_sandbox(sandbox) as admin:
+        await admin.update_bank_settings(BANK, layout=2)
     access_id, cred = await _access(sandbox, sqlite_url, 1)
     result = await _scrape(sandbox, sqlite_url, access_id, cred)
     assert result.code == ResultCode.SITE_CHANGED
@@ -166,7 +174,8 @@ async def test_layout_2_is_a_site_change(sandbox: Sandbox, sqlite_url: str) -> N
 
 
 async def test_maintenance_is_bank_unavailable(sandbox: Sandbox, sqlite_url: str) -> None:
-    await harness.admin(sandbox, BANK, "/__admin/settings", {"maintenance_rate": 1.0})
+    async with SandboxAdmin.from_sandbox(sandbox) as admin:
+        await admin.update_bank_settings(BANK, maintenance_rate=1.0)
     access_id, cred = await _access(sandbox, sqlite_url, 1)
     result = await _scrape(sandbox, sqlite_url, access_id, cred)
     assert result.code == ResultCode.BANK_UNAVAILABLE
@@ -180,7 +189,8 @@ async def test_session_expiry_mid_scrape(
     sandbox: Sandbox, sqlite_url: str, caplog: pytest.LogCaptureFixture
 ) -> None:
     caplog.set_level(logging.INFO)
-    await harness.admin(sandbox, BANK, "/__admin/settings", {"session_max_requests": 5})
+    async with SandboxAdmin.from_sandbox(sandbox) as admin:
+        await admin.update_bank_settings(BANK, session_max_requests=5)
     access_id, cred = await _access(sandbox, sqlite_url, 5)  # 5 accounts: more than a session
     result = await _scrape(sandbox, sqlite_url, access_id, cred)
     assert (result.code, result.detail) == (ResultCode.SUCCESS, "")
@@ -198,7 +208,8 @@ async def test_incremental_scrape(sandbox: Sandbox, sqlite_url: str) -> None:
     pending_before = {m.movement_key for rows in before.values() for m in rows if m.pending}
     assert pending_before  # something to see posted
 
-    await harness.admin(sandbox, BANK, "/__admin/clock", {"days": 3})
+    async with SandboxAdmin.from_sandbox(sandbox) as admin:
+        await admin.advance(timedelta(days=3))
     second = await _scrape(sandbox, sqlite_url, access_id, cred)
     assert second.code == ResultCode.SUCCESS, second.detail
 

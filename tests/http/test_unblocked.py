@@ -24,7 +24,14 @@ import pytest
 from scrapeflow.executor import execute_async
 from scrapeflow.http import HostPolicy, HttpClient, HttpConfig, Response, RetryPolicy
 from scrapeflow.proxies import ProxyProviderFromList
-from scrapeflow.sandbox import CAPTCHA_MARKER, FeedSite, Hostility, SandboxState, serve
+from scrapeflow.sandbox import (
+    CAPTCHA_MARKER,
+    FeedSite,
+    Hostility,
+    SandboxAdmin,
+    SandboxState,
+    serve,
+)
 from scrapeflow.scrape import scrape, scrape_with_validation
 from tests.http import proxies
 
@@ -99,17 +106,17 @@ def four_proxies() -> Iterator[list[str]]:
 
 
 @pytest.fixture
-async def hostile_feed() -> AsyncIterator[tuple[FeedSite, str]]:
+async def hostile_feed() -> AsyncIterator[tuple[FeedSite, str, SandboxAdmin]]:
     feed = FeedSite(SandboxState(seed=0, admin_token="t"), hostility=HOSTILE, page_size=PAGE_SIZE)
-    async with serve(feed.app()) as url:
-        yield feed, url
+    async with serve(feed.app()) as url, SandboxAdmin({"feed": url}, "t") as admin:
+        yield feed, url, admin
 
 
 async def test_every_page_exactly_once_through_bans_and_captchas(
     tmp_path: Path, hostile_feed, four_proxies
 ) -> None:
-    feed, url = hostile_feed
-    feed.guard.ban(BANNED_FROM_THE_START, 300)  # as the admin API's /__admin/block does
+    feed, url, admin = hostile_feed
+    await admin.block("feed", BANNED_FROM_THE_START, seconds=300)
     tasks = feed_tasks(feed, url, PAGES)
     config = HttpConfig(
         max_connections=16,
@@ -143,8 +150,9 @@ async def test_every_page_exactly_once_through_bans_and_captchas(
     assert len(all_ids) == len(set(all_ids))  # no post twice across pages
 
     # The site really fought back, and the client got through it.
-    assert feed.guard.stats["banned"] >= 1  # requests from the banned IP were answered emptily
-    assert feed.guard.stats["captchas"] >= 1
+    guard = await admin.stats("feed")
+    assert guard["banned"] >= 1  # requests from the banned IP were answered emptily
+    assert guard["captchas"] >= 1
     assert banned_proxy.bans >= 1  # noticed (the empty pages) and rotated away
     assert totals.bans >= 1
     assert totals.captchas >= 1
@@ -155,7 +163,7 @@ async def test_every_page_exactly_once_through_bans_and_captchas(
 async def test_without_proxies_a_naive_client_is_banned(tmp_path: Path, hostile_feed) -> None:
     """No proxies, no retries, no validation, many requests at once: the feed bans the IP and
     then serves it empty pages that look real; the naive client stores them as pages."""
-    feed, url = hostile_feed
+    feed, url, admin = hostile_feed
     tasks = feed_tasks(feed, url, PAGES)
     config = HttpConfig(
         max_connections=32,
@@ -168,7 +176,7 @@ async def test_without_proxies_a_naive_client_is_banned(tmp_path: Path, hostile_
         totals = http.stats.totals()
 
     assert feed.guard.is_banned("127.0.0.1")
-    assert feed.guard.stats["bans"] >= 1
+    assert (await admin.stats("feed"))["bans"] >= 1
     assert len(done) < PAGES  # the 429s failed their tasks
     assert totals.throttled >= 1
     kinds = Counter(page_problem(p.read_bytes()) is None for p in tmp_path.glob("*.scrape"))
@@ -184,7 +192,7 @@ async def test_without_proxies_a_naive_client_is_banned(tmp_path: Path, hostile_
 async def test_a_naive_client_with_aiohttp_headers_is_refused_outright(
     tmp_path: Path, hostile_feed
 ) -> None:
-    feed, url = hostile_feed
+    feed, url, admin = hostile_feed
     tasks = feed_tasks(feed, url, 20)
     config = HttpConfig(identities="none", retry=RetryPolicy(attempts=1, ban_retries=0))
     async with HttpClient(config) as http:
@@ -192,6 +200,6 @@ async def test_a_naive_client_with_aiohttp_headers_is_refused_outright(
         totals = http.stats.totals()
     assert done == []
     assert totals.bans == 20  # every answer a 403
-    assert feed.guard.stats["header_blocks"] == 20
+    assert (await admin.stats("feed"))["header_blocks"] == 20
     status = json.loads((tmp_path / "user0000-p1.status.json").read_text())
     assert status["scrape_status"].startswith("ERROR Banned::banned (HTTP 403)")

@@ -11,11 +11,11 @@ from typing import Any
 import aiohttp
 import pytest
 
-from scrapeflow.sandbox import serve
+from scrapeflow.sandbox import BankTruth, SandboxAdmin, serve
 from scrapeflow.sandbox._site import SandboxState
 from scrapeflow.sandbox.banks._apibank import ApiBank
 
-ADMIN = {"Authorization": "Bearer t"}
+BANK = "apibank"
 LOCKED = next(n for n in range(1, 200) if n % 97 == 13)
 MANY_ACCOUNTS = next(n for n in range(1, 200) if n % 50 == 7 and n % 97 != 13)
 
@@ -25,16 +25,10 @@ class Api:
     bank: ApiBank
     url: str
     http: aiohttp.ClientSession
-
-    async def admin(self, method: str, path: str, **kwargs: Any) -> Any:
-        async with self.http.request(
-            method, f"{self.url}/__admin{path}", headers=ADMIN, **kwargs
-        ) as r:
-            assert r.status == 200, await r.text()
-            return await r.json()
+    admin: SandboxAdmin
 
     async def credentials(self, customer: int) -> tuple[str, str]:
-        login = await self.admin("GET", f"/customers/{customer}")
+        login = await self.admin.customer(BANK, customer)
         return login["username"], login["password"]
 
     async def token_response(self, **fields: str) -> tuple[int, dict]:
@@ -68,21 +62,24 @@ class Api:
                 return collected
             status, body, _ = await self.get(path, token, cursor=body["next"])
 
-    async def truth(self, customer: int, since: date | None = None) -> dict:
+    async def truth(self, customer: int, since: date | None = None) -> BankTruth:
         username, _ = await self.credentials(customer)
-        params = {"since": since.isoformat()} if since else {}
-        return await self.admin("GET", f"/truth/{username}", params=params)
+        return await self.admin.truth(BANK, username, since=since)
 
     async def today(self) -> date:
-        return date.fromisoformat((await self.admin("GET", "/clock"))["now"][:10])
+        return (await self.admin.now()).date()
 
 
 @pytest.fixture
 async def api() -> AsyncIterator[Api]:
     bank = ApiBank(SandboxState(seed=0, admin_token="t"), latency_ms=(0, 0))
     bank.client_rate_per_second = 0  # the bank's own limit has its own test
-    async with serve(bank.app()) as url, aiohttp.ClientSession() as http:
-        yield Api(bank, url, http)
+    async with (
+        serve(bank.app()) as url,
+        aiohttp.ClientSession() as http,
+        SandboxAdmin({BANK: url}, "t", session=http) as admin,
+    ):
+        yield Api(bank, url, http, admin)
 
 
 def expected_transaction(m: dict, currency: str) -> dict:
@@ -140,7 +137,7 @@ async def test_wrong_credentials_and_locked_user_get_the_banks_message_with_200(
         grant_type="password", username="user99999999", password="x"
     )
     assert status == 200 and body["codigo"] == "E1001"
-    locked = await api.admin("GET", f"/customers/{LOCKED}")
+    locked = await api.admin.customer(BANK, LOCKED)
     assert locked["locked"]
     status, body = await api.token_response(
         grant_type="password", username=locked["username"], password=locked["password"]
@@ -154,7 +151,7 @@ async def test_wrong_credentials_and_locked_user_get_the_banks_message_with_200(
 
 
 async def test_failed_logins_block_the_ip(api: Api) -> None:
-    await api.admin("POST", "/settings", json={"login_failures_per_ip": 3})
+    await api.admin.update_bank_settings(BANK, login_failures_per_ip=3)
     username, _ = await api.credentials(1)
     for _ in range(3):
         status, body = await api.token_response(
@@ -261,18 +258,18 @@ async def test_the_banks_own_rate_limit(api: Api) -> None:
 
 async def test_maintenance_is_503_json(api: Api) -> None:
     token = await api.token(1)
-    await api.admin("POST", "/settings", json={"maintenance_rate": 1.0})
+    await api.admin.update_bank_settings(BANK, maintenance_rate=1.0)
     status, body, _ = await api.get("/api/v2/accounts", token)
     assert status == 503 and body["error"] == "maintenance"
     async with api.http.post(f"{api.url}/oauth/token", data={"grant_type": "password"}) as r:
         assert r.status == 503
-    await api.admin("POST", "/settings", json={"maintenance_rate": 0.0})
+    await api.admin.update_bank_settings(BANK, maintenance_rate=0.0)
     assert (await api.get("/api/v2/accounts", token))[0] == 200
 
 
 async def test_layout_2_is_the_v3_migration(api: Api) -> None:
     token = await api.token(MANY_ACCOUNTS)
-    await api.admin("POST", "/settings", json={"layout": 2})
+    await api.admin.update_bank_settings(BANK, layout=2)
     status, body, response = await api.get("/api/v2/accounts", token)
     assert status == 200 and response.headers["X-Api-Version"] == "3"
     assert "accounts" not in body
@@ -307,7 +304,7 @@ async def test_a_pending_transaction_is_booked_later_with_the_same_id(api: Api) 
     before = {t["id"]: t for t in await api.transactions(token, account["id"], dateFrom=since)}
     assert before[movement["ref"]]["status"] == "PENDING"
     assert before[movement["ref"]]["balanceAfter"] is None
-    await api.admin("POST", "/clock", json={"days": 3})
+    await api.admin.advance(timedelta(days=3))
     after = {t["id"]: t for t in await api.transactions(token, account["id"], dateFrom=since)}
     booked = after[movement["ref"]]
     assert booked["status"] == "BOOKED" and booked["balanceAfter"] is not None
@@ -319,10 +316,10 @@ async def test_a_pending_transaction_is_booked_later_with_the_same_id(api: Api) 
 
 
 async def test_guard_answers_in_json_and_unknown_routes_are_json(api: Api) -> None:
-    await api.admin("POST", "/hostility", json={"captcha_rate": 1.0})
+    await api.admin.set_hostility(BANK, captcha_rate=1.0)
     status, body, _ = await api.get("/api/v2/accounts", None)
     assert status == 200 and body["message"] == "checkpoint_required"
-    await api.admin("POST", "/hostility", json={"captcha_rate": 0.0})
+    await api.admin.set_hostility(BANK, captcha_rate=0.0)
     status, body, _ = await api.get("/api/v2/nothing", None)
     assert (status, body) == (404, {"error": "not_found"})
 

@@ -15,12 +15,12 @@ from typing import Any
 import aiohttp
 import pytest
 
-from scrapeflow.sandbox import serve
+from scrapeflow.errors import SandboxAdminError
+from scrapeflow.sandbox import FeedProfile, SandboxAdmin, serve
 from scrapeflow.sandbox._feed import FeedSite
 from scrapeflow.sandbox._hostility import Hostility
 from scrapeflow.sandbox._site import SandboxState
 
-ADMIN = {"Authorization": "Bearer t"}
 BIG, SMALL, TINY = "user0000", "user0001", "user0023"  # 3,499, 364 and 5 posts with seed 0
 ARTICLE_ID = re.compile(r'<article class="post" data-id="(\d+)"')
 NEXT = re.compile(r'<a class="next" rel="next" href="([^"]+)"')
@@ -36,11 +36,10 @@ class Feed:
     site: FeedSite
     url: str
     session: aiohttp.ClientSession
+    admin: SandboxAdmin
 
-    async def truth(self, profile: str) -> dict[str, Any]:
-        async with self.session.get(f"{self.url}/__admin/profiles/{profile}", headers=ADMIN) as r:
-            assert r.status == 200
-            return await r.json()
+    async def truth(self, profile: str) -> FeedProfile:
+        return await self.admin.profile("feed", profile)
 
     async def get(self, path: str) -> tuple[int, str]:
         async with self.session.get(self.url + path) as r:
@@ -99,8 +98,12 @@ class Feed:
 @contextlib.asynccontextmanager
 async def running(seed: int = 0, **options: Any) -> AsyncIterator[Feed]:
     site = FeedSite(SandboxState(seed=seed, admin_token="t"), **options)
-    async with serve(site.app()) as url, aiohttp.ClientSession() as session:
-        yield Feed(site, url, session)
+    async with (
+        serve(site.app()) as url,
+        aiohttp.ClientSession() as session,
+        SandboxAdmin({"feed": url}, "t", session=session) as admin,
+    ):
+        yield Feed(site, url, session, admin)
 
 
 async def test_html_pages_give_every_post_once() -> None:
@@ -248,10 +251,7 @@ async def test_banned_ip_gets_silent_empty_pages_in_empty_mode() -> None:
         status, body = await feed.graphql(variables)
         assert status == 200 and body["data"]["user"]["edge_owner_to_timeline_media"]["edges"]
 
-        async with feed.session.post(
-            f"{feed.url}/__admin/block", json={"ip": "127.0.0.1"}, headers=ADMIN
-        ) as r:
-            assert r.status == 200
+        await feed.admin.block("feed", "127.0.0.1")
 
         status, html = await feed.get(f"/u/{SMALL}?page=2")
         assert status == 200
@@ -266,12 +266,14 @@ async def test_banned_ip_gets_silent_empty_pages_in_empty_mode() -> None:
 async def test_admin_profiles_needs_the_token() -> None:
     async with running(profiles=10) as feed:
         async with feed.session.get(f"{feed.url}/__admin/profiles/{SMALL}") as r:
-            assert r.status == 401
-        headers = {"Authorization": "Bearer wrong"}
-        async with feed.session.get(f"{feed.url}/__admin/profiles/{SMALL}", headers=headers) as r:
-            assert r.status == 401
-        async with feed.session.get(f"{feed.url}/__admin/profiles/user0010", headers=ADMIN) as r:
-            assert r.status == 404
+            assert r.status == 401  # no token at all
+        async with SandboxAdmin({"feed": feed.url}, "wrong", session=feed.session) as wrong:
+            with pytest.raises(SandboxAdminError) as refused:
+                await wrong.profile("feed", SMALL)
+        assert refused.value.status == 401
+        with pytest.raises(SandboxAdminError) as unknown:
+            await feed.truth("user0010")
+        assert unknown.value.status == 404
         truth = await feed.truth("user0009")
         assert truth["profile"] == "user0009" and len(truth["post_ids"]) == truth["count"]
 

@@ -14,11 +14,11 @@ import pytest
 from openpyxl import load_workbook
 
 from scrapeflow.js import JsRuntime
-from scrapeflow.sandbox import serve
+from scrapeflow.sandbox import BankTruth, SandboxAdmin, serve
 from scrapeflow.sandbox._site import SandboxState
 from scrapeflow.sandbox.banks._formbank import HEADER, FormBank, decrypt_password
 
-ADMIN = {"Authorization": "Bearer admin-secret"}
+BANK, TOKEN = "formbank", "admin-secret"
 
 
 @dataclass
@@ -26,6 +26,7 @@ class Bank:
     bank: FormBank
     url: str
     session: aiohttp.ClientSession
+    admin: SandboxAdmin
 
     @property
     def world(self):
@@ -54,13 +55,8 @@ class Bank:
         await response.read()
         return response
 
-    async def truth(self, username: str, since: date | None = None) -> dict:
-        query = {"since": since.isoformat()} if since else {}
-        async with self.session.get(
-            f"{self.url}/__admin/truth/{username}", params=query, headers=ADMIN
-        ) as r:
-            assert r.status == 200
-            return await r.json()
+    async def truth(self, username: str, since: date | None = None) -> BankTruth:
+        return await self.admin.truth(BANK, username, since=since)
 
     async def export(self, account_id: str, since: date, until: date) -> list[tuple]:
         page = await (await self.get(f"/cuenta/{account_id}")).text()
@@ -79,10 +75,14 @@ class Bank:
 
 @pytest.fixture
 async def bank() -> AsyncIterator[Bank]:
-    site = FormBank(SandboxState(seed=0, admin_token="admin-secret"), latency_ms=(0, 0))
+    site = FormBank(SandboxState(seed=0, admin_token=TOKEN), latency_ms=(0, 0))
     jar = aiohttp.CookieJar(unsafe=True)  # cookies from an IP-address host
-    async with serve(site.app()) as url, aiohttp.ClientSession(cookie_jar=jar) as session:
-        yield Bank(site, url, session)
+    async with (
+        serve(site.app()) as url,
+        aiohttp.ClientSession(cookie_jar=jar) as session,
+        SandboxAdmin({BANK: url}, TOKEN) as admin,
+    ):
+        yield Bank(site, url, session, admin)
 
 
 def spanish(text: str) -> Decimal:
@@ -200,10 +200,7 @@ async def test_pages_need_a_session_and_sessions_expire(bank: Bank) -> None:
 
     login = bank.world.login("formbank", 42)
     await bank.login(login.username, login.password)
-    async with bank.session.post(
-        f"{bank.url}/__admin/settings", json={"session_max_requests": 5}, headers=ADMIN
-    ) as r:
-        assert r.status == 200
+    await bank.admin.update_bank_settings(BANK, session_max_requests=5)
     # The landing page after login was the session's first request: four more, then it expires.
     for _ in range(4):
         assert (await bank.get("/posicion-global")).url.path == "/posicion-global"
@@ -219,14 +216,10 @@ async def test_other_customers_accounts_are_not_shown(bank: Bank) -> None:
 async def test_maintenance_and_changed_layout(bank: Bank) -> None:
     login = bank.world.login("formbank", 42)
     await bank.login(login.username, login.password)
-    async with bank.session.post(f"{bank.url}/__admin/settings", json={"layout": 2}, headers=ADMIN):
-        pass
+    await bank.admin.update_bank_settings(BANK, layout=2)
     html = await (await bank.get("/posicion-global")).text()
     assert 'class="product-card"' in html and 'id="contratos"' not in html
-    async with bank.session.post(
-        f"{bank.url}/__admin/settings", json={"maintenance_rate": 1}, headers=ADMIN
-    ):
-        pass
+    await bank.admin.update_bank_settings(BANK, maintenance_rate=1)
     response = await bank.get("/posicion-global")
     assert response.status == 503
     assert "mantenimiento" in await response.text()
@@ -245,6 +238,5 @@ async def test_many_failed_logins_block_the_ip(bank: Bank) -> None:
 async def test_admin_needs_the_token(bank: Bank) -> None:
     async with bank.session.get(f"{bank.url}/__admin/truth/00000042L") as r:
         assert r.status == 401
-    async with bank.session.get(f"{bank.url}/__admin/customers/42", headers=ADMIN) as r:
-        body = await r.json()
+    body = await bank.admin.customer(BANK, 42)
     assert body["username"] == "00000042L" and body["locked"] is False

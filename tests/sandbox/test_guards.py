@@ -14,13 +14,12 @@ from typing import Any
 import aiohttp
 import pytest
 
-from scrapeflow.sandbox import serve
+from scrapeflow.sandbox import SandboxAdmin, serve
 from scrapeflow.sandbox._feed import FeedSite
 from scrapeflow.sandbox._guards import CAPTCHA_MARKER
 from scrapeflow.sandbox._hostility import PROFILES, Hostility
 from scrapeflow.sandbox._site import SandboxState
 
-ADMIN = {"Authorization": "Bearer t"}
 PAGE = "/u/user0001"
 CHROME_UA = (
     "Mozilla/5.0 (Windows NT 10.0; Win64; x64) AppleWebKit/537.36 (KHTML, like Gecko) "
@@ -46,15 +45,16 @@ class Feed:
     site: FeedSite
     url: str
     session: aiohttp.ClientSession
+    admin: SandboxAdmin
 
     async def get(self, path: str = PAGE, **kwargs: Any) -> tuple[int, str, Any]:
         async with self.session.get(self.url + path, **kwargs) as r:
             return r.status, await r.text(), r.headers
 
-    async def admin(self, method: str, path: str, **kwargs: Any) -> tuple[int, Any]:
-        kwargs.setdefault("headers", ADMIN)
-        async with self.session.request(method, f"{self.url}/__admin{path}", **kwargs) as r:
-            return r.status, await r.json(content_type=None)
+    async def without_token(self, path: str, body: dict[str, Any]) -> int:
+        """The status of an admin POST sent with no token at all."""
+        async with self.session.post(f"{self.url}/__admin{path}", json=body) as r:
+            return r.status
 
     async def statuses(self, n: int, concurrency: int = 25) -> tuple[Counter[int], list[str]]:
         """GET the profile page ``n`` times, ``concurrency`` at once; statuses and bodies."""
@@ -72,8 +72,12 @@ class Feed:
 @contextlib.asynccontextmanager
 async def running(hostility: Hostility | None = None, **options: Any) -> AsyncIterator[Feed]:
     site = FeedSite(SandboxState(seed=0, admin_token="t"), hostility=hostility, **options)
-    async with serve(site.app()) as url, aiohttp.ClientSession() as session:
-        yield Feed(site, url, session)
+    async with (
+        serve(site.app()) as url,
+        aiohttp.ClientSession() as session,
+        SandboxAdmin({"feed": url}, "t", session=session) as admin,
+    ):
+        yield Feed(site, url, session, admin)
 
 
 @contextlib.asynccontextmanager
@@ -111,7 +115,7 @@ async def test_a_client_that_keeps_going_is_banned_other_ips_are_served() -> Non
         assert feed.site.guard.is_banned("127.0.0.1")
         async with session_from("127.0.0.2") as other, other.get(feed.url + PAGE) as r:
             assert r.status == 200
-        assert (await feed.admin("GET", "/stats"))[1]["bans"] == 1
+        assert (await feed.admin.stats("feed"))["bans"] == 1
 
 
 async def test_server_errors_come_at_the_configured_rate() -> None:
@@ -190,34 +194,32 @@ async def test_profiles_load_and_the_admin_switches_them_at_runtime() -> None:
 
     async with running() as feed:
         assert (await feed.get())[0] == 200  # aiohttp's UA passes with no header checks
-        status, _ = await feed.admin("POST", "/hostility", json={"profile": "hostile"}, headers={})
-        assert status == 401
+        assert await feed.without_token("/hostility", {"profile": "hostile"}) == 401
         assert (await feed.get())[0] == 200
 
         for name in ("realistic", "hostile", "none"):
-            status, switches = await feed.admin("POST", "/hostility", json={"profile": name})
-            assert (status, switches) == (200, Hostility.profile(name).as_dict())
-            assert (await feed.admin("GET", "/hostility"))[1] == switches
+            switches = await feed.admin.set_hostility("feed", profile=name)
+            assert switches == Hostility.profile(name) == feed.site.guard.hostility
+            assert await feed.admin.hostility("feed") == switches
 
-        await feed.admin("POST", "/hostility", json={"profile": "realistic"})
+        await feed.admin.set_hostility("feed", profile="realistic")
         status, _, headers = await feed.get()
         assert (status, headers["X-Sandbox-Block"]) == (403, "bot-user-agent")
         # A client first seen with no rate limit still has its burst when one is switched on.
-        status, switches = await feed.admin("POST", "/hostility", json={"check_headers": "off"})
-        assert (status, switches["check_headers"], switches["rate_limit_rps"]) == (200, False, 20)
+        switches = await feed.admin.set_hostility("feed", check_headers="off")
+        assert (switches.check_headers, switches.rate_limit_rps) == (False, 20)
         assert (await feed.get())[0] == 200
 
 
 async def test_admin_block_bans_that_ip_only() -> None:
     async with running() as feed:
-        body = {"ip": "127.0.0.2"}
-        assert (await feed.admin("POST", "/block", json=body, headers={}))[0] == 401
-        assert (await feed.admin("POST", "/block", json=body))[0] == 200
+        assert await feed.without_token("/block", {"ip": "127.0.0.2"}) == 401
+        await feed.admin.block("feed", "127.0.0.2")
         async with session_from("127.0.0.2") as other:
             async with other.get(feed.url + PAGE) as r:
                 assert r.status == 403
             assert (await feed.get())[0] == 200
-            assert (await feed.admin("DELETE", "/block"))[0] == 200
+            await feed.admin.unblock_all("feed")
             async with other.get(feed.url + PAGE) as r:
                 assert r.status == 200
 

@@ -9,19 +9,19 @@ from collections.abc import AsyncIterator
 from dataclasses import dataclass
 from datetime import date, timedelta
 from decimal import Decimal
-from typing import Any
 
 import aiohttp
 import pytest
 from yarl import URL
 
-from scrapeflow.sandbox import serve
+from scrapeflow.errors import SandboxAdminError
+from scrapeflow.sandbox import BankTruth, CustomerLogin, SandboxAdmin, serve
 from scrapeflow.sandbox._site import SandboxState
 from scrapeflow.sandbox.banks import _legacybank as legacybank_module
 from scrapeflow.sandbox.banks._base import es_amount, es_date
 from scrapeflow.sandbox.banks._legacybank import LegacyBank
 
-ADMIN = {"Authorization": "Bearer t"}
+BANK = "legacybank"
 LOCKED = next(n for n in range(1, 200) if n % 97 == 13)
 OTP = next(n for n in range(1, 200) if n % 4 == 2 and n % 97 != 13)
 OTHER_OTP = next(n for n in range(OTP + 1, 200) if n % 4 == 2 and n % 97 != 13)
@@ -58,16 +58,19 @@ class Legacy:
     bank: LegacyBank
     url: str
     http: aiohttp.ClientSession
+    admin: SandboxAdmin
 
-    async def admin(self, method: str, path: str, **kwargs: Any) -> Any:
-        async with self.http.request(
-            method, f"{self.url}/__admin{path}", headers=ADMIN, **kwargs
-        ) as r:
-            assert r.status == 200, await r.text()
-            return await r.json()
+    async def customer(self, n: int) -> CustomerLogin:
+        return await self.admin.customer(BANK, n)
 
-    async def customer(self, n: int) -> dict:
-        return await self.admin("GET", f"/customers/{n}")
+    async def otp(self, username: str) -> str:
+        return await self.admin.otp(BANK, username)
+
+    async def no_otp(self, username: str) -> None:
+        """Assert that no code is pending for ``username``."""
+        with pytest.raises(SandboxAdminError) as none:
+            await self.otp(username)
+        assert (none.value.status, none.value.detail) == (404, "no pending code")
 
     async def page(self, path: str, **params: str) -> tuple[str, str]:
         """(final path, HTML) of a GET, redirects followed."""
@@ -85,7 +88,7 @@ class Legacy:
             return r.url.path_qs, await r.text()
 
     async def pass_otp(self, username: str) -> tuple[str, str]:
-        code = (await self.admin("GET", f"/otp/{username}"))["code"]
+        code = await self.otp(username)
         async with self.http.post(f"{self.url}/otp.jsp", data={"codigo": code}) as r:
             return r.url.path_qs, await r.text()
 
@@ -109,13 +112,12 @@ class Legacy:
                 return rows
             link = html.unescape(following.group(1))
 
-    async def truth(self, n: int, since: date | None = None) -> dict:
+    async def truth(self, n: int, since: date | None = None) -> BankTruth:
         username = (await self.customer(n))["username"]
-        params = {"since": since.isoformat()} if since else {}
-        return await self.admin("GET", f"/truth/{username}", params=params)
+        return await self.admin.truth(BANK, username, since=since)
 
     async def today(self) -> date:
-        return date.fromisoformat((await self.admin("GET", "/clock"))["now"][:10])
+        return (await self.admin.now()).date()
 
     def cookie(self, name: str) -> str | None:
         morsel = next((c for c in self.http.cookie_jar if c.key == name), None)
@@ -130,8 +132,8 @@ def client() -> aiohttp.ClientSession:
 @pytest.fixture
 async def legacy() -> AsyncIterator[Legacy]:
     bank = LegacyBank(SandboxState(seed=0, admin_token="t"), latency_ms=(0, 0))
-    async with serve(bank.app()) as url, client() as http:
-        yield Legacy(bank, url, http)
+    async with serve(bank.app()) as url, client() as http, SandboxAdmin({BANK: url}, "t") as admin:
+        yield Legacy(bank, url, http, admin)
 
 
 async def test_login_shows_the_accounts_as_the_truth_has_them(legacy: Legacy) -> None:
@@ -173,7 +175,7 @@ async def test_wrong_credentials_and_locked_user_get_the_banks_message(legacy: L
 
 
 async def test_failed_logins_block_the_ip(legacy: Legacy) -> None:
-    await legacy.admin("POST", "/settings", json={"login_failures_per_ip": 3})
+    await legacy.admin.update_bank_settings(BANK, login_failures_per_ip=3)
     for _ in range(3):
         _, page = await legacy.login(1, password="wrong")
         assert "incorrectos" in page
@@ -192,14 +194,13 @@ async def test_login_without_the_login_page_session_is_sent_back(legacy: Legacy)
 async def test_two_factor_and_the_trusted_device(legacy: Legacy) -> None:
     login = await legacy.customer(OTP)
     assert login["otp_required"]
-    async with legacy.http.get(f"{legacy.url}/__admin/otp/{login['username']}", headers=ADMIN) as r:
-        assert r.status == 404  # nothing sent yet
+    await legacy.no_otp(login["username"])  # nothing sent yet
     where, page = await legacy.login(OTP)
     assert where == "/otp.jsp" and "código por SMS" in page
-    code = (await legacy.admin("GET", f"/otp/{login['username']}"))["code"]
+    code = await legacy.otp(login["username"])
     assert re.fullmatch(r"\d{6}", code)
     await legacy.page("/otp.jsp")  # a reload keeps the code
-    assert (await legacy.admin("GET", f"/otp/{login['username']}"))["code"] == code
+    assert await legacy.otp(login["username"]) == code
     where, _ = await legacy.page("/inicio.do")
     assert where == "/otp.jsp"  # no private page before the code
     wrong = f"{(int(code) + 1) % 1_000_000:06d}"
@@ -212,14 +213,16 @@ async def test_two_factor_and_the_trusted_device(legacy: Legacy) -> None:
     assert device
 
     async with client() as trusted:
-        again = Legacy(legacy.bank, legacy.url, trusted)
+        again = Legacy(legacy.bank, legacy.url, trusted, legacy.admin)
         trusted.cookie_jar.update_cookies({"DISPOSITIVO": device}, URL(legacy.url))
         assert (await again.login(OTP))[0] == "/inicio.do"  # the trusted device skips the code
         assert (await again.login(OTHER_OTP))[0] == "/otp.jsp"  # but only for its customer
     async with client() as stranger:
-        assert (await Legacy(legacy.bank, legacy.url, stranger).login(OTP))[0] == "/otp.jsp"
+        assert (await Legacy(legacy.bank, legacy.url, stranger, legacy.admin).login(OTP))[
+            0
+        ] == "/otp.jsp"
 
-    await legacy.admin("POST", "/clock", json={"days": 91})  # 90 days of sandbox time
+    await legacy.admin.advance(timedelta(days=91))  # 90 days of sandbox time
     await legacy.page("/logout.do")
     assert (await legacy.login(OTP))[0] == "/otp.jsp"
 
@@ -227,7 +230,7 @@ async def test_two_factor_and_the_trusted_device(legacy: Legacy) -> None:
 async def test_three_wrong_codes_end_the_session(legacy: Legacy) -> None:
     login = await legacy.customer(OTP)
     await legacy.login(OTP)
-    code = (await legacy.admin("GET", f"/otp/{login['username']}"))["code"]
+    code = await legacy.otp(login["username"])
     wrong = f"{(int(code) + 1) % 1_000_000:06d}"
     for _ in range(3):
         async with legacy.http.post(f"{legacy.url}/otp.jsp", data={"codigo": wrong}) as r:
@@ -254,7 +257,7 @@ async def test_pages_collect_exactly_the_truth(legacy: Legacy) -> None:
 
 async def test_the_session_expires_mid_scrape(legacy: Legacy) -> None:
     since = await legacy.today() - timedelta(days=119)
-    await legacy.admin("POST", "/settings", json={"session_max_requests": 3})
+    await legacy.admin.update_bank_settings(BANK, session_max_requests=3)
     await legacy.login(MANY_ACCOUNTS)
     truth = await legacy.truth(MANY_ACCOUNTS, since)
     account = max(truth["accounts"], key=lambda a: len(truth["movements"][a["id"]]))
@@ -295,12 +298,12 @@ async def test_logout_ends_the_session(legacy: Legacy) -> None:
 
 async def test_maintenance_page_is_503(legacy: Legacy) -> None:
     await legacy.login(1)
-    await legacy.admin("POST", "/settings", json={"maintenance_rate": 1.0})
+    await legacy.admin.update_bank_settings(BANK, maintenance_rate=1.0)
     for path in ("/inicio.do", "/login.jsp"):
         async with legacy.http.get(legacy.url + path) as r:
             assert r.status == 503
             assert "Servicio temporalmente no disponible por mantenimiento" in await r.text()
-    await legacy.admin("POST", "/settings", json={"maintenance_rate": 0.0})
+    await legacy.admin.update_bank_settings(BANK, maintenance_rate=0.0)
     assert (await legacy.page("/inicio.do"))[0] == "/inicio.do"
 
 
@@ -310,7 +313,7 @@ async def test_layout_2_breaks_old_parsers(legacy: Legacy) -> None:
     account = truth["accounts"][0]
     _, before = await legacy.page("/movimientos.do", cuenta=account["id"])
     assert rows_of(before)
-    await legacy.admin("POST", "/settings", json={"layout": 2})
+    await legacy.admin.update_bank_settings(BANK, layout=2)
     _, home = await legacy.page("/inicio.do")
     assert "filaCuenta" not in home and f'data-id="{account["id"]}"' in home
     _, after = await legacy.page("/movimientos.do", cuenta=account["id"])
@@ -337,7 +340,7 @@ async def test_a_pending_movement_is_booked_later_with_the_same_ref(legacy: Lega
     await legacy.login(customer)
     before = {row[5]: row for row in await legacy.movements(customer, account["id"], since)}
     assert before[movement["ref"]][4] == "Pendiente"
-    await legacy.admin("POST", "/clock", json={"days": 3})
+    await legacy.admin.advance(timedelta(days=3))
     after = {row[5]: row for row in await legacy.movements(customer, account["id"], since)}
     booked = after[movement["ref"]]
     assert booked[4] != "Pendiente" and booked[3] == before[movement["ref"]][3]
@@ -351,17 +354,16 @@ async def test_an_expired_code_is_replaced(legacy: Legacy, monkeypatch: pytest.M
     monkeypatch.setattr(legacybank_module, "OTP_SECONDS", 0.3)
     login = await legacy.customer(OTP)
     assert (await legacy.login(OTP))[0] == "/otp.jsp"
-    code = (await legacy.admin("GET", f"/otp/{login['username']}"))["code"]
+    code = await legacy.otp(login["username"])
     await asyncio.sleep(0.4)
-    async with legacy.http.get(f"{legacy.url}/__admin/otp/{login['username']}", headers=ADMIN) as r:
-        assert r.status == 404  # no live code any more
+    await legacy.no_otp(login["username"])  # no live code any more
     async with legacy.http.post(f"{legacy.url}/otp.jsp", data={"codigo": code}) as r:
         assert r.url.path_qs == "/otp.jsp" and "ha caducado" in await r.text()
     assert (await legacy.pass_otp(login["username"]))[0] == "/inicio.do"
 
 
 async def test_the_pending_login_waits_for_the_code_within_the_idle_time(legacy: Legacy) -> None:
-    await legacy.admin("POST", "/settings", json={"session_idle_seconds": 1.0})
+    await legacy.admin.update_bank_settings(BANK, session_idle_seconds=1.0)
     login = await legacy.customer(OTP)
     await legacy.login(OTP)
     await asyncio.sleep(0.6)  # a human reading the SMS
@@ -370,7 +372,6 @@ async def test_the_pending_login_waits_for_the_code_within_the_idle_time(legacy:
     legacy.http.cookie_jar.clear()
     await legacy.login(OTP)
     await asyncio.sleep(1.2)  # too long: the login session is gone, and so is its code
-    async with legacy.http.get(f"{legacy.url}/__admin/otp/{login['username']}", headers=ADMIN) as r:
-        assert r.status == 404
+    await legacy.no_otp(login["username"])
     async with legacy.http.post(f"{legacy.url}/otp.jsp", data={"codigo": "000000"}) as r:
         assert r.url.path_qs == "/login.jsp?caducada=1"

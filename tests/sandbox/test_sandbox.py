@@ -8,34 +8,30 @@ import signal
 import subprocess
 import sys
 import time
+from datetime import timedelta
 from pathlib import Path
 
 import aiohttp
 import pytest
 
-from scrapeflow.sandbox import Sandbox, SandboxConfig
+from scrapeflow.errors import SandboxAdminError
+from scrapeflow.sandbox import Sandbox, SandboxAdmin, SandboxConfig
 
 
 @pytest.mark.parametrize("profile", ["none", "realistic", "hostile"])
 async def test_every_profile_serves_every_site(profile: str) -> None:
     config = SandboxConfig(hostility=profile, latency_ms=(0, 0), admin_token="tok")
-    async with Sandbox(config) as sandbox, aiohttp.ClientSession() as session:
+    async with Sandbox(config) as sandbox, SandboxAdmin.from_sandbox(sandbox) as admin:
         urls = sandbox.urls
         assert set(urls) == {"plain", "feed", "formbank", "apibank", "legacybank"}
         assert len({u.rsplit(":", 1)[1] for u in urls.values()}) == 5  # one port per site
-        for name, url in urls.items():
+        for name in urls:
             if name == "plain":
                 continue
-            async with session.get(
-                f"{url}/__admin/health", headers={"Authorization": "Bearer tok"}
-            ) as r:
-                assert (await r.json())["site"] == name
-            async with session.get(
-                f"{url}/__admin/hostility", headers={"Authorization": "Bearer tok"}
-            ) as r:
-                switches = await r.json()
+            assert await admin.health(name) == name
+            switches = await admin.hostility(name)
             if name == "feed":
-                assert switches == sandbox.config.feed_hostility().as_dict()
+                assert switches == sandbox.config.feed_hostility()
         manifest = sandbox.manifest()
         assert manifest["sites"] == urls and manifest["hostility"] == profile
 
@@ -43,28 +39,20 @@ async def test_every_profile_serves_every_site(profile: str) -> None:
 async def test_one_clock_moves_every_bank() -> None:
     async with (
         Sandbox(SandboxConfig(latency_ms=(0, 0), admin_token="tok")) as sandbox,
-        aiohttp.ClientSession() as session,
+        SandboxAdmin.from_sandbox(sandbox) as admin,
     ):
-        auth = {"Authorization": "Bearer tok"}
         login = sandbox.state.world.login("apibank", 42)
 
         async def movement_count() -> int:
-            async with session.get(
-                f"{sandbox.urls['apibank']}/__admin/truth/{login.username}", headers=auth
-            ) as r:
-                truth = await r.json()
+            truth = await admin.truth("apibank", login.username)
             return sum(len(ms) for ms in truth["movements"].values())
 
         before = await movement_count()
-        async with session.post(
-            f"{sandbox.urls['legacybank']}/__admin/clock", json={"days": 10}, headers=auth
-        ) as r:
-            assert r.status == 200
+        await admin.advance(timedelta(days=10), site="legacybank")
         assert await movement_count() > before
-        async with session.post(
-            f"{sandbox.urls['feed']}/__admin/clock", json={"days": -1}, headers=auth
-        ) as r:
-            assert r.status == 400  # the clock only moves forward
+        with pytest.raises(SandboxAdminError) as refused:
+            await admin.advance(timedelta(days=-1), site="feed")
+        assert refused.value.status == 400  # the clock only moves forward
 
 
 def test_sandbox_command_writes_the_manifest_and_stops_on_sigterm(tmp_path: Path) -> None:
@@ -131,38 +119,30 @@ def test_bad_sandbox_options_are_one_line_errors(args: list[str], message: str) 
 async def test_admin_settings_are_all_or_nothing_and_bad_numbers_are_400() -> None:
     async with (
         Sandbox(SandboxConfig(latency_ms=(0, 0), admin_token="tok")) as sandbox,
-        aiohttp.ClientSession() as session,
+        SandboxAdmin.from_sandbox(sandbox) as admin,
     ):
-        auth = {"Authorization": "Bearer tok"}
-        url = sandbox.urls["legacybank"]
-        async with session.post(
-            f"{url}/__admin/settings", json={"maintenance_rate": 0.5, "layout": 3}, headers=auth
-        ) as r:
-            assert r.status == 400
-            assert "layout" in (await r.json())["error"]
-        async with session.get(f"{url}/__admin/settings", headers=auth) as r:
-            settings = await r.json()
-        assert settings["maintenance_rate"] == 0.01 and settings["layout"] == 1  # unchanged
-        async with session.post(
-            f"{url}/__admin/block", json={"ip": "127.0.0.9", "seconds": "soon"}, headers=auth
-        ) as r:
-            assert r.status == 400
+        with pytest.raises(SandboxAdminError) as refused:
+            await admin.update_bank_settings("legacybank", maintenance_rate=0.5, layout=3)
+        assert refused.value.status == 400 and "layout" in refused.value.detail
+        settings = await admin.bank_settings("legacybank")
+        assert settings.maintenance_rate == 0.01 and settings.layout == 1  # unchanged
+        with pytest.raises(SandboxAdminError) as refused:
+            await admin.request(
+                "legacybank", "POST", "/__admin/block", json={"ip": "127.0.0.9", "seconds": "soon"}
+            )
+        assert refused.value.status == 400
 
 
 async def test_empty_ban_mode_falls_back_to_403_on_banks() -> None:
     config = SandboxConfig(hostility="hostile", latency_ms=(0, 0), admin_token="tok")
-    async with Sandbox(config) as sandbox, aiohttp.ClientSession() as session:
-        auth = {"Authorization": "Bearer tok"}
-        bank = sandbox.urls["apibank"]
-        async with session.post(
-            f"{bank}/__admin/hostility", json={"ban_mode": "empty"}, headers=auth
-        ):
-            pass
-        async with session.post(
-            f"{bank}/__admin/block", json={"ip": "127.0.0.1"}, headers=auth
-        ) as r:
-            assert r.status == 200
-        async with session.get(f"{bank}/api/v2/accounts") as r:
+    async with (
+        Sandbox(config) as sandbox,
+        SandboxAdmin.from_sandbox(sandbox) as admin,
+        aiohttp.ClientSession() as session,
+    ):
+        assert (await admin.set_hostility("apibank", ban_mode="empty")).ban_mode == "empty"
+        await admin.block("apibank", "127.0.0.1")
+        async with session.get(f"{sandbox.urls['apibank']}/api/v2/accounts") as r:
             assert r.status == 403  # a bank cannot fake an empty account list convincingly
 
 

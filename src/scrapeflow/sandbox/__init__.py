@@ -12,9 +12,22 @@ Start them all with :class:`Sandbox` (``scrapeflow sandbox`` on the command line
     >>> async with serve(site.app()) as base_url:  # doctest: +SKIP
     ...     ...  # scrape f"{base_url}/page/0" ... f"{base_url}/page/499"
 
+Drive a running sandbox's admin API (clock, ground truth, defences) with :class:`SandboxAdmin`::
+
+    >>> async with SandboxAdmin.from_sandbox(sandbox) as admin:  # doctest: +SKIP
+    ...     await admin.advance(timedelta(days=1))
+
 See docs/sandbox.md for every site, switch and admin route.
 """
 
+from scrapeflow.sandbox._admin import (
+    AccountTruth,
+    BankTruth,
+    CustomerLogin,
+    FeedProfile,
+    MovementTruth,
+    SandboxAdmin,
+)
 from scrapeflow.sandbox._clock import DEFAULT_EPOCH, SandboxClock
 from scrapeflow.sandbox._feed import FeedSite
 from scrapeflow.sandbox._guards import CAPTCHA_MARKER, header_problem
@@ -29,10 +42,16 @@ __all__ = [
     "DEFAULT_EPOCH",
     "PROFILES",
     "SITEMAP_CHUNK",
+    "AccountTruth",
+    "BankTruth",
+    "CustomerLogin",
+    "FeedProfile",
     "FeedSite",
     "Hostility",
+    "MovementTruth",
     "PlainSite",
     "Sandbox",
+    "SandboxAdmin",
     "SandboxClock",
     "SandboxConfig",
     "SandboxState",
