@@ -12,10 +12,11 @@
 Every batch landed and every access finished is an event (``on_event``) for live delivery, and
 the launch writes one log file. Several customers may be refreshed at once
 (:meth:`Launcher.refresh_many`); they share the limits, the HTTP client and the write queue.
-Every database write — the scrapers' batches and the launcher's own state changes — goes through
-the write queue. While it holds accesses (queued or running), the launcher stamps their
-``heartbeat_at`` every ``heartbeat`` seconds: the watchdog resets only accesses whose heartbeat
-stopped, so a long queue is never mistaken for a dead launch.
+Every database write — the scrapers' batches and the launcher's own state changes (claims,
+heartbeats, finishes: the functions of :mod:`scrapeflow.banking._state`, where the state machine
+is described) — goes through the write queue. While it holds accesses (queued or running), the
+launcher stamps their ``heartbeat_at`` every ``heartbeat`` seconds: the watchdog resets only
+accesses whose heartbeat stopped, so a long queue is never mistaken for a dead launch.
 """
 
 from __future__ import annotations
@@ -23,19 +24,18 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import inspect
-import json
 import secrets
 import time
 import traceback
 from collections.abc import Awaitable, Callable, Iterable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from datetime import UTC, date, datetime
 from functools import partial
 from pathlib import Path
 from types import TracebackType
 from typing import Any, TypeVar
 
-from sqlalchemy import select, update
+from sqlalchemy import select
 from sqlalchemy.ext.asyncio import AsyncEngine, AsyncSession, async_sessionmaker
 
 from scrapeflow._util.logs import get_logger
@@ -43,15 +43,29 @@ from scrapeflow._util.redact import redact
 from scrapeflow.banking._directory import find_customer
 from scrapeflow.banking._events import EventKind, EventSink, LaunchEvent
 from scrapeflow.banking._launchlog import LaunchLog
-from scrapeflow.banking._models import Access, Customer, FinancialEntity
+from scrapeflow.banking._models import Access, Customer
 from scrapeflow.banking._registry import get_scraper
-from scrapeflow.banking._results import ResultCode, ScrapeState
+from scrapeflow.banking._reports import AccessReport, LaunchLimits, LaunchReport
+from scrapeflow.banking._results import ResultCode
 from scrapeflow.banking._scraper import (
     AccessSink,
+    BasicScraper,
     Credential,
     IncrementalPolicy,
     ScrapeContext,
     result_for,
+)
+from scrapeflow.banking._state import (
+    UNCHANGED,
+    ClaimedAccess,
+    claim_access,
+    claim_accesses,
+    claim_customer,
+    finish_access,
+    finish_customer,
+    read_session_state,
+    seal_session_state,
+    stamp_heartbeats,
 )
 from scrapeflow.banking._vault import CredentialVault
 from scrapeflow.banking._writequeue import WriteQueue, writers_for
@@ -61,7 +75,7 @@ from scrapeflow.errors import InputError, RefreshInProgress, UnknownScraper, Vau
 from scrapeflow.http import HttpClient, HttpConfig
 from scrapeflow.proxies import ProxyProvider
 
-__all__ = ["AccessReport", "LaunchLimits", "LaunchReport", "Launcher"]
+__all__ = ["Launcher"]
 
 _log = get_logger(__name__)
 T = TypeVar("T")
@@ -69,73 +83,29 @@ Today = Callable[[], date | Awaitable[date]]
 
 
 @dataclass(frozen=True, slots=True)
-class LaunchLimits:
-    """How much runs at once, and for how long."""
+class _Launch:
+    """What the steps of one launch share."""
 
-    per_bank: int = 50
-    """Accesses scraped at once at one bank (all customers together)."""
-    overall: int = 200
-    """Accesses scraped at once in all."""
-    access_timeout: float = 300.0
-    """Seconds one access's scrape may take before it ends with the timeout code."""
-    heartbeat: float = 30.0
-    """Seconds between two heartbeats of the accesses a launcher holds."""
-
-    def __post_init__(self) -> None:
-        if min(self.per_bank, self.overall) < 1 or min(self.access_timeout, self.heartbeat) <= 0:
-            raise ValueError("launch limits must be positive")
-
-
-@dataclass(slots=True)
-class AccessReport:
-    """How one access's scrape ended."""
-
-    access_id: int
-    bank: str
-    code: ResultCode
-    detail: str = ""
-    accounts: int = 0
-    movements: int = 0
-    seconds: float = 0.0
-    balances_seconds: float | None = None
-    """From the launch's start to the last accounts batch (balances) landing."""
-
-    @property
-    def message(self) -> str:
-        return self.code.message
-
-
-@dataclass(slots=True)
-class LaunchReport:
-    """What one refresh did."""
-
-    launch_id: str
+    id: str
     customer_id: int
-    external_id: str
-    accesses: list[AccessReport] = field(default_factory=list)
-    seconds: float = 0.0
-    log_file: Path | None = None
-    refused: str | None = None
-    """Why the customer was not refreshed at all (already being refreshed), else None."""
+    log: LaunchLog
+    started: float
+    """``time.monotonic()`` at the launch's start (balances are timed from it)."""
+    otp: Mapping[int, str]
+    """One-time codes by access id."""
 
-    @property
-    def ok(self) -> bool:
-        return self.refused is None and all(a.code.ok for a in self.accesses)
+    @classmethod
+    def open(cls, log_dir: Path | None, customer_id: int, external_id: str, **rest: Any) -> _Launch:
+        launch_id = secrets.token_hex(4)
+        log = LaunchLog(log_dir, external_id=external_id, launch_id=launch_id)
+        return cls(launch_id, customer_id, log, **rest)
 
-    @property
-    def balances_seconds(self) -> float | None:
-        """When the last balance of the customer landed (None: no access got that far)."""
-        times = [a.balances_seconds for a in self.accesses if a.balances_seconds is not None]
-        return max(times) if times else None
-
-
-@dataclass(slots=True)
-class _AccessJob:
-    access_id: int
-    bank: str
-    login: str
-    secret: bytes
-    state: bytes | None
+    def event(
+        self, kind: EventKind, job: ClaimedAccess | None = None, **fields: Any
+    ) -> LaunchEvent:
+        if job is None:
+            return LaunchEvent(kind, self.id, self.customer_id, **fields)
+        return LaunchEvent(kind, self.id, self.customer_id, job.access_id, job.bank, **fields)
 
 
 class Launcher:
@@ -240,7 +210,7 @@ class Launcher:
             if not held:
                 continue
             try:
-                await self._write(partial(_stamp_heartbeats, ids=held))
+                await self._write(partial(stamp_heartbeats, access_ids=held))
             except Exception as exc:  # the next beat tries again; the watchdog allows several
                 _log.warning("heartbeat failed", error=repr(exc))
 
@@ -280,33 +250,32 @@ class Launcher:
         ``otp`` maps access ids to one-time codes the customer supplied (two-factor logins).
         """
         started = time.monotonic()
-        launch_id = secrets.token_hex(4)
         async with self.sessions() as session:
             found = await find_customer(session, customer)
             customer_id, external_id = found.id, found.external_id
         # The log file before the claim: an unwritable log directory must not leave the
         # customer marked "in progress".
-        log = LaunchLog(self.log_dir, external_id=external_id, launch_id=launch_id)
-        report = LaunchReport(launch_id, customer_id, external_id, log_file=log.path)
+        launch = _Launch.open(
+            self.log_dir, customer_id, external_id, started=started, otp=otp or {}
+        )
+        report = LaunchReport(launch.id, customer_id, external_id, log_file=launch.log.path)
         try:
-            await self._claim(customer_id, external_id)
+            await self._write(lambda session: claim_customer(session, customer_id))
         except BaseException:
-            log.close()
+            launch.log.close()
             raise
-        jobs: list[_AccessJob] = []
+        jobs: list[ClaimedAccess] = []
         try:
-            jobs = await self._start_accesses(customer_id, log)
-            log.write(
+            jobs = await self._claim_accesses(launch)
+            launch.log.write(
                 "launch started",
                 customer_id=customer_id,
                 external_id=external_id,
                 accesses=[{"access_id": j.access_id, "bank": j.bank} for j in jobs],
             )
-            await self._emit(log, LaunchEvent(EventKind.LAUNCH_STARTED, launch_id, customer_id))
+            await self._emit(launch.log, launch.event(EventKind.LAUNCH_STARTED))
             report.accesses = list(
-                await asyncio.gather(
-                    *(self._run_access(j, launch_id, customer_id, log, started, otp) for j in jobs)
-                )
+                await asyncio.gather(*(self._run_access(job, launch) for job in jobs))
             )
         finally:
             self._held.difference_update(j.access_id for j in jobs)
@@ -316,21 +285,14 @@ class Launcher:
                 await asyncio.shield(self._finish_customer(customer_id))
             finally:
                 report.seconds = time.monotonic() - started
-                log.write(
+                launch.log.write(
                     "launch finished",
                     seconds=round(report.seconds, 3),
                     results={a.access_id: a.code.value for a in report.accesses},
                 )
-                log.close()
-        await self._emit(
-            None,
-            LaunchEvent(
-                EventKind.LAUNCH_FINISHED,
-                launch_id,
-                customer_id,
-                result_code=ResultCode.SUCCESS if report.ok else ResultCode.UNKNOWN,
-            ),
-        )
+                launch.log.close()
+        code = ResultCode.SUCCESS if report.ok else ResultCode.UNKNOWN
+        await self._emit(None, launch.event(EventKind.LAUNCH_FINISHED, result_code=code))
         return report
 
     async def scrape_access(self, access_id: int, *, otp: str | None = None) -> AccessReport:
@@ -340,232 +302,116 @@ class Launcher:
         being scraped); its customer's state is left alone.
         """
         started = time.monotonic()
-        launch_id = secrets.token_hex(4)
+        owner_of = (
+            select(Customer.id, Customer.external_id).join(Access).where(Access.id == access_id)
+        )
         async with self.sessions() as session:
-            access = await session.get(Access, access_id)
-            if access is None:
-                raise InputError(f"no access with id {access_id}")
-            customer = await session.get(Customer, access.customer_id)
-            entity = await session.get(FinancialEntity, access.entity_id)
-            assert customer is not None and entity is not None
-            customer_id, external_id, bank = customer.id, customer.external_id, entity.code
-        log = LaunchLog(self.log_dir, external_id=external_id, launch_id=launch_id)
+            owner = (await session.execute(owner_of)).first()
+        if owner is None:
+            raise InputError(f"no access with id {access_id}")
+        otps = {access_id: otp} if otp else {}
+        launch = _Launch.open(self.log_dir, *owner, started=started, otp=otps)
         try:
-            job = await self._claim_access(access_id, bank)
+            job = await self._write(lambda session: claim_access(session, access_id))
             if job is None:
                 raise RefreshInProgress(f"access {access_id} is already being scraped")
+            self._held.add(access_id)
             try:
-                otps = {access_id: otp} if otp else None
-                return await self._run_access(job, launch_id, customer_id, log, started, otps)
+                return await self._run_access(job, launch)
             finally:
                 self._held.discard(access_id)
         finally:
-            log.close()
+            launch.log.close()
 
     # -- steps ------------------------------------------------------------------------------
 
-    async def _claim(self, customer_id: int, external_id: str) -> None:
-        async def claim(session: AsyncSession) -> int:
-            result = await session.execute(
-                update(Customer)
-                .where(Customer.id == customer_id, Customer.scrape_state != ScrapeState.IN_PROGRESS)
-                .values(
-                    scrape_state=ScrapeState.IN_PROGRESS,
-                    scrape_started_at=_now(),
-                    scrape_finished_at=None,
-                )
-            )
-            return _rowcount(result)
-
-        if await self._write(claim) == 0:
-            raise RefreshInProgress(
-                f"customer {external_id!r} is already being refreshed "
-                "(a stuck refresh is reset by the watchdog)"
-            )
-
-    async def _claim_access(self, access_id: int, bank: str) -> _AccessJob | None:
-        """Mark one access in progress unless it already is; its job, or None."""
-
-        async def claim(session: AsyncSession) -> _AccessJob | None:
-            now = _now()
-            result = await session.execute(
-                update(Access)
-                .where(Access.id == access_id, Access.scrape_state != ScrapeState.IN_PROGRESS)
-                .values(
-                    scrape_state=ScrapeState.IN_PROGRESS, scrape_started_at=now, heartbeat_at=now
-                )
-            )
-            if _rowcount(result) == 0:
-                return None
-            access = await session.get(Access, access_id, populate_existing=True)
-            assert access is not None
-            return _AccessJob(access.id, bank, access.login, access.secret, access.session_state)
-
-        job = await self._write(claim)
-        if job is not None:
-            self._held.add(access_id)
-        return job
-
-    async def _start_accesses(self, customer_id: int, log: LaunchLog) -> list[_AccessJob]:
+    async def _claim_accesses(self, launch: _Launch) -> list[ClaimedAccess]:
         """Claim every access of the customer not already in progress, in one transaction."""
+        claims = await self._write(lambda session: claim_accesses(session, launch.customer_id))
+        self._held.update(access.access_id for access in claims.claimed)
+        for access_id in claims.busy:  # a one-time code is being tried on it right now
+            launch.log.write("access skipped: already being scraped", access_id=access_id)
+        return list(claims.claimed)
 
-        async def claim(session: AsyncSession) -> tuple[list[_AccessJob], list[int]]:
-            now = _now()
-            claimed = set(
-                (
-                    await session.scalars(
-                        update(Access)
-                        .where(
-                            Access.customer_id == customer_id,
-                            Access.scrape_state != ScrapeState.IN_PROGRESS,
-                        )
-                        .values(
-                            scrape_state=ScrapeState.IN_PROGRESS,
-                            scrape_started_at=now,
-                            heartbeat_at=now,
-                        )
-                        .returning(Access.id)
-                    )
-                ).all()
-            )
-            rows = (
-                await session.execute(
-                    select(Access, FinancialEntity.code)
-                    .join(FinancialEntity, FinancialEntity.id == Access.entity_id)
-                    .where(Access.customer_id == customer_id)
-                    .order_by(Access.id)
-                    .execution_options(populate_existing=True)
-                )
-            ).all()
-            jobs = [
-                _AccessJob(a.id, code, a.login, a.secret, a.session_state)
-                for a, code in rows
-                if a.id in claimed
-            ]
-            return jobs, [a.id for a, _ in rows if a.id not in claimed]
-
-        jobs, busy = await self._write(claim)
-        self._held.update(job.access_id for job in jobs)
-        for access_id in busy:  # a one-time code is being tried on it right now
-            log.write("access skipped: already being scraped", access_id=access_id)
-        return jobs
-
-    async def _run_access(
-        self,
-        job: _AccessJob,
-        launch_id: str,
-        customer_id: int,
-        log: LaunchLog,
-        launch_started: float,
-        otp: Mapping[int, str] | None,
-    ) -> AccessReport:
+    async def _run_access(self, job: ClaimedAccess, launch: _Launch) -> AccessReport:
         """Scrape one claimed access and store how it ended. Never raises but to cancel."""
         report = AccessReport(job.access_id, job.bank, ResultCode.UNKNOWN)
         started = time.monotonic()
-        state, state_opened = self._open_state(job)
-        sink: AccessSink | None = None
+        kept = read_session_state(self.vault, job)  # None: unreadable, so never overwritten
+        state = {} if kept is None else kept
+        assert self._writer is not None and self._queue is not None
+        sink = AccessSink(
+            self._writer,
+            self._queue,
+            job.access_id,
+            lambda kind, ref, count: self._emit(
+                launch.log, launch.event(kind, job, account_ref=ref, count=count)
+            ),
+        )
+        sink.started = launch.started
         try:
             # The bank's slot first: waiting for a busy bank must not hold an overall slot.
             async with self._bank_slot(job.bank), self._overall:
                 started = time.monotonic()
-                log.write("access started", access_id=job.access_id, bank=job.bank)
-                scraper_cls = get_scraper(job.bank)
-                base_url = self.bank_urls.get(job.bank) or getattr(scraper_cls, "default_url", None)
-                if not base_url:
-                    raise UnknownScraper(f"no URL configured for bank {job.bank!r}")
-
-                async def on_batch(kind: EventKind, account_ref: str | None, count: int) -> None:
-                    await self._emit(
-                        log,
-                        LaunchEvent(
-                            kind,
-                            launch_id,
-                            customer_id,
-                            job.access_id,
-                            job.bank,
-                            account_ref=account_ref,
-                            count=count,
-                        ),
-                    )
-
-                assert self._writer is not None and self._queue is not None
-                assert self._http is not None
-                sink = AccessSink(self._writer, self._queue, job.access_id, on_batch)
-                sink.started = launch_started
-                context = ScrapeContext(
-                    access_id=job.access_id,
-                    login=job.login,
-                    credential=Credential(self.vault, job.secret),
-                    base_url=base_url,
-                    http=self._http,
-                    sink=sink,
-                    today=await self._today(),
-                    policy=self.policy,
-                    state=state,
-                    otp=(otp or {}).get(job.access_id),
-                )
+                launch.log.write("access started", access_id=job.access_id, bank=job.bank)
+                scraper = await self._scraper(job, sink, state, launch.otp.get(job.access_id))
                 async with asyncio.timeout(self.limits.access_timeout):
-                    await scraper_cls(context).main()
+                    await scraper.main()
             report.code = ResultCode.SUCCESS
         except asyncio.CancelledError:
             report.code, report.detail = ResultCode.TIMEOUT, "the launch was stopped"
-            self._measure(report, sink, started)
-            await asyncio.shield(
-                self._finish_access(job, report, state if state_opened else None, log, launch_id)
-            )
             raise
         except Exception as exc:
             report.code, report.detail = result_for(exc)
             if isinstance(exc, UnknownScraper | VaultError):
                 report.detail = str(exc)
             if report.code is ResultCode.UNKNOWN:
-                log.write(
+                launch.log.write(
                     "access error",
                     access_id=job.access_id,
                     traceback="".join(traceback.format_exception(exc))[-2000:],
                 )
-        self._measure(report, sink, started)
-        await asyncio.shield(
-            self._finish_access(job, report, state if state_opened else None, log, launch_id)
-        )
-        await self._emit(
-            None,
-            LaunchEvent(
-                EventKind.ACCESS_FINISHED,
-                launch_id,
-                customer_id,
-                job.access_id,
-                job.bank,
-                count=report.movements,
-                result_code=report.code.value,
-            ),
-        )
-        return report
-
-    @staticmethod
-    def _measure(report: AccessReport, sink: AccessSink | None, started: float) -> None:
-        report.seconds = time.monotonic() - started
-        if sink is not None:
+        finally:
+            report.seconds = time.monotonic() - started
             report.accounts, report.movements = sink.accounts, sink.movements
             report.balances_seconds = sink.balances_at
+            # Shielded: a stopped launch still stores how each of its accesses ended.
+            await asyncio.shield(
+                self._finish_access(job, report, None if kept is None else state, launch)
+            )
+        finished = launch.event(
+            EventKind.ACCESS_FINISHED, job, count=report.movements, result_code=report.code.value
+        )
+        await self._emit(None, finished)
+        return report
+
+    async def _scraper(
+        self, job: ClaimedAccess, sink: AccessSink, state: dict[str, Any], otp: str | None
+    ) -> BasicScraper:
+        scraper_cls = get_scraper(job.bank)
+        base_url = self.bank_urls.get(job.bank) or getattr(scraper_cls, "default_url", None)
+        if not base_url:
+            raise UnknownScraper(f"no URL configured for bank {job.bank!r}")
+        assert self._http is not None
+        context = ScrapeContext(
+            access_id=job.access_id,
+            login=job.login,
+            credential=Credential(self.vault, job.secret),
+            base_url=base_url,
+            http=self._http,
+            sink=sink,
+            today=await self._today(),
+            policy=self.policy,
+            state=state,
+            otp=otp,
+        )
+        return scraper_cls(context)
 
     def _bank_slot(self, bank: str) -> asyncio.Semaphore:
         slot = self._per_bank.get(bank)
         if slot is None:
             slot = self._per_bank[bank] = asyncio.Semaphore(self.limits.per_bank)
         return slot
-
-    def _open_state(self, job: _AccessJob) -> tuple[dict[str, Any], bool]:
-        """The access's saved state, and whether it may be written back (it was readable)."""
-        if not job.state:
-            return {}, True
-        try:
-            loaded = json.loads(self.vault.decrypt(job.state))
-        except (VaultError, ValueError):
-            # Keep what is stored: another key (a rotation in progress) may still open it.
-            _log.warning("access state unreadable; not using it", access_id=job.access_id)
-            return {}, False
-        return (loaded, True) if isinstance(loaded, dict) else ({}, False)
 
     async def _today(self) -> date:
         value = self.today()
@@ -576,38 +422,34 @@ class Launcher:
 
     async def _finish_access(
         self,
-        job: _AccessJob,
+        job: ClaimedAccess,
         report: AccessReport,
         state: dict[str, Any] | None,
-        log: LaunchLog,
-        launch_id: str,
+        launch: _Launch,
     ) -> None:
-        detail = redact(report.detail)[:500] or None
-        values: dict[str, Any] = {
-            "scrape_state": ScrapeState.IDLE,
-            "result_code": report.code,
-            "result_detail": detail,
-            "scrape_finished_at": _now(),
-            "accounts_count": report.accounts,
-            "movements_count": report.movements,
-        }
-        if state is not None:  # None: never read, so never overwritten
-            values["session_state"] = self.vault.encrypt(json.dumps(state)) if state else None
+        detail = redact(report.detail)[:500] or None  # scrubbed before it is cut
+        token = UNCHANGED if state is None else seal_session_state(self.vault, state)
         try:
             await self._write(
-                lambda session: session.execute(
-                    update(Access).where(Access.id == job.access_id).values(**values)
+                lambda session: finish_access(
+                    session,
+                    job.access_id,
+                    report.code,
+                    detail=detail,
+                    accounts=report.accounts,
+                    movements=report.movements,
+                    session_state=token,
                 )
             )
         except Exception as exc:  # the watchdog will free it; the report still goes out
             _log.error(
                 "could not store an access's result", access_id=job.access_id, error=repr(exc)
             )
-        log.write(
+        launch.log.write(
             "access finished",
             access_id=job.access_id,
             bank=job.bank,
-            launch_id=launch_id,
+            launch_id=launch.id,
             result=report.code.value,
             detail=detail,
             accounts=report.accounts,
@@ -618,13 +460,7 @@ class Launcher:
 
     async def _finish_customer(self, customer_id: int) -> None:
         try:
-            await self._write(
-                lambda session: session.execute(
-                    update(Customer)
-                    .where(Customer.id == customer_id)
-                    .values(scrape_state=ScrapeState.ALL_UPDATED, scrape_finished_at=_now())
-                )
-            )
+            await self._write(lambda session: finish_customer(session, customer_id))
         except Exception as exc:  # the watchdog will free it
             _log.error(
                 "could not mark a customer updated", customer_id=customer_id, error=repr(exc)
@@ -641,15 +477,3 @@ class Launcher:
                 await result
         except Exception as exc:  # a broken listener must not fail a scrape
             _log.warning("event listener failed", error=repr(exc))
-
-
-async def _stamp_heartbeats(session: AsyncSession, *, ids: list[int]) -> None:
-    await session.execute(update(Access).where(Access.id.in_(ids)).values(heartbeat_at=_now()))
-
-
-def _now() -> datetime:
-    return datetime.now(UTC)
-
-
-def _rowcount(result: Any) -> int:
-    return int(getattr(result, "rowcount", 0) or 0)

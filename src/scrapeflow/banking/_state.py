@@ -1,0 +1,362 @@
+"""Scrape state: every read and write of where a customer's and an access's scrape stands.
+
+Customers and accesses each carry a ``scrape_state`` (:class:`ScrapeState`)::
+
+    customer: idle, all_updated --claim_customer--> in_progress --finish_customer--> all_updated
+                                                          |
+                                                          '--reset_stuck--> idle
+
+    access:   idle --claim_accesses, claim_access--> in_progress --finish_access--> idle + result
+                                                   (heartbeats) |
+                                                                '--reset_stuck--> idle + timeout
+
+A claim is one conditional ``UPDATE … WHERE scrape_state <> 'in_progress'``: of two launches
+racing for a row the database lets exactly one through, so a customer is never refreshed twice
+at once and an access never scraped twice (a refresh skips an access being resumed with a
+one-time code). Finishing an access stores its result code, detail, counts and its encrypted
+session state (:func:`read_session_state`, :func:`seal_session_state`), and sets it back to
+idle; finishing a customer marks it all updated.
+
+While a launcher holds accesses — running, or queued behind the limits per bank and overall — it
+stamps their ``heartbeat_at`` every ``LaunchLimits.heartbeat`` seconds. A launch killed mid-way
+(``kill -9``, a crashed machine) stops stamping and leaves its rows in progress, which would
+refuse every later refresh. :func:`reset_stuck` (the watchdog, ``scrapeflow bank watchdog``)
+ends every access in progress whose heartbeat is older than ``limit`` with the timeout code, then
+sets back to idle every customer in progress since before ``limit`` with no access in progress
+left. A fresh heartbeat is never reset, however old the claim: it proves a live launcher holds
+the access (a long queue is not a dead launch), and freeing it would let a second launch scrape
+the access at the same time and overwrite the first one's result. For the same reason a customer
+with an access still in progress is left alone: its launcher is alive and will finish it.
+
+Every function but :func:`reset_stuck` works inside the caller's transaction on an
+``AsyncSession`` and never commits, so the launcher runs each through its write queue.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Collection
+from dataclasses import dataclass, field
+from datetime import UTC, datetime, timedelta
+from enum import Enum
+from typing import Any, Final
+
+from sqlalchemy import func, or_, select, update
+from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
+
+from scrapeflow._util.logs import get_logger
+from scrapeflow._util.redact import redact
+from scrapeflow.banking._models import Access, Customer, FinancialEntity
+from scrapeflow.banking._results import ResultCode, ScrapeState
+from scrapeflow.banking._vault import CredentialVault, VaultError
+from scrapeflow.errors import InputError, RefreshInProgress
+
+__all__ = [
+    "UNCHANGED",
+    "AccessClaims",
+    "ClaimedAccess",
+    "StuckReset",
+    "Unchanged",
+    "claim_access",
+    "claim_accesses",
+    "claim_customer",
+    "finish_access",
+    "finish_customer",
+    "read_session_state",
+    "reset_stuck",
+    "seal_session_state",
+    "stamp_heartbeats",
+]
+
+_log = get_logger(__name__)
+
+
+class Unchanged(Enum):
+    """The type of :data:`UNCHANGED`: "leave the stored value as it is" (``None`` clears it)."""
+
+    UNCHANGED = "unchanged"
+
+
+UNCHANGED: Final = Unchanged.UNCHANGED
+
+
+@dataclass(frozen=True, slots=True)
+class ClaimedAccess:
+    """An access a launch now holds (in progress): what its scraper needs to start."""
+
+    access_id: int
+    bank: str
+    """The bank's code (the scraper's registry name)."""
+    login: str
+    secret: bytes = field(repr=False)
+    """The credential, a vault token."""
+    session_state: bytes | None = field(repr=False)
+    """What the scraper kept from its last run, a vault token (None: nothing)."""
+
+
+@dataclass(frozen=True, slots=True)
+class AccessClaims:
+    """What claiming a customer's accesses got: those now held, and those already busy."""
+
+    claimed: tuple[ClaimedAccess, ...] = ()
+    busy: tuple[int, ...] = ()
+    """Ids of accesses already in progress elsewhere (a one-time code being tried on them)."""
+
+
+@dataclass(frozen=True, slots=True)
+class StuckReset:
+    """What one pass reset: access ids and customer ids."""
+
+    accesses: tuple[int, ...] = ()
+    customers: tuple[int, ...] = ()
+
+
+async def claim_customer(
+    session: AsyncSession, customer_id: int, *, now: datetime | None = None
+) -> None:
+    """Mark the customer in progress, or raise :class:`RefreshInProgress` if it already is.
+
+    Raises :class:`InputError` when there is no such customer.
+    """
+    result = await session.execute(
+        update(Customer)
+        .where(Customer.id == customer_id, Customer.scrape_state != ScrapeState.IN_PROGRESS)
+        .values(
+            scrape_state=ScrapeState.IN_PROGRESS,
+            scrape_started_at=now or _now(),
+            scrape_finished_at=None,
+        )
+    )
+    if _rowcount(result):
+        return
+    external_id = await session.scalar(
+        select(Customer.external_id).where(Customer.id == customer_id)
+    )
+    if external_id is None:
+        raise InputError(f"no customer with id {customer_id}")
+    raise RefreshInProgress(
+        f"customer {external_id!r} is already being refreshed "
+        "(a stuck refresh is reset by the watchdog)"
+    )
+
+
+async def claim_accesses(
+    session: AsyncSession, customer_id: int, *, now: datetime | None = None
+) -> AccessClaims:
+    """Mark every access of the customer in progress that is not already, in one statement.
+
+    The claimed ones come back in id order with what their scrapers need; the others are busy.
+    """
+    now = now or _now()
+    claimed = set(
+        (
+            await session.scalars(
+                update(Access)
+                .where(
+                    Access.customer_id == customer_id,
+                    Access.scrape_state != ScrapeState.IN_PROGRESS,
+                )
+                .values(
+                    scrape_state=ScrapeState.IN_PROGRESS, scrape_started_at=now, heartbeat_at=now
+                )
+                .returning(Access.id)
+            )
+        ).all()
+    )
+    rows = (
+        await session.execute(
+            select(Access, FinancialEntity.code)
+            .join(FinancialEntity, FinancialEntity.id == Access.entity_id)
+            .where(Access.customer_id == customer_id)
+            .order_by(Access.id)
+            .execution_options(populate_existing=True)
+        )
+    ).all()
+    return AccessClaims(
+        claimed=tuple(_claimed(access, bank) for access, bank in rows if access.id in claimed),
+        busy=tuple(access.id for access, _ in rows if access.id not in claimed),
+    )
+
+
+async def claim_access(
+    session: AsyncSession, access_id: int, *, now: datetime | None = None
+) -> ClaimedAccess | None:
+    """Mark one access in progress; None when it already is (being scraped elsewhere).
+
+    Raises :class:`InputError` when there is no such access.
+    """
+    now = now or _now()
+    result = await session.execute(
+        update(Access)
+        .where(Access.id == access_id, Access.scrape_state != ScrapeState.IN_PROGRESS)
+        .values(scrape_state=ScrapeState.IN_PROGRESS, scrape_started_at=now, heartbeat_at=now)
+    )
+    row = (
+        await session.execute(
+            select(Access, FinancialEntity.code)
+            .join(FinancialEntity, FinancialEntity.id == Access.entity_id)
+            .where(Access.id == access_id)
+            .execution_options(populate_existing=True)
+        )
+    ).first()
+    if row is None:
+        raise InputError(f"no access with id {access_id}")
+    return _claimed(*row) if _rowcount(result) else None
+
+
+async def stamp_heartbeats(
+    session: AsyncSession, access_ids: Collection[int], *, now: datetime | None = None
+) -> None:
+    """Stamp the accesses a launcher holds as alive now (see :func:`reset_stuck`)."""
+    if access_ids:
+        await session.execute(
+            update(Access).where(Access.id.in_(access_ids)).values(heartbeat_at=now or _now())
+        )
+
+
+async def finish_access(
+    session: AsyncSession,
+    access_id: int,
+    code: ResultCode,
+    *,
+    detail: str | None = None,
+    accounts: int = 0,
+    movements: int = 0,
+    session_state: bytes | Unchanged | None = UNCHANGED,
+    now: datetime | None = None,
+) -> None:
+    """Store how the access's scrape ended and set it back to idle.
+
+    ``detail`` is what the scraper saw; it is stored scrubbed of credentials and cut to the
+    column's 500 characters. ``session_state`` is the scraper's state to keep, a vault token
+    (:func:`seal_session_state`): None clears it, :data:`UNCHANGED` keeps what is stored (state
+    that could not be read must not be overwritten).
+    """
+    values: dict[str, Any] = {
+        "scrape_state": ScrapeState.IDLE,
+        "result_code": code,
+        "result_detail": redact(detail or "")[:500] or None,
+        "scrape_finished_at": now or _now(),
+        "accounts_count": accounts,
+        "movements_count": movements,
+    }
+    if not isinstance(session_state, Unchanged):
+        values["session_state"] = session_state
+    await session.execute(update(Access).where(Access.id == access_id).values(**values))
+
+
+def read_session_state(vault: CredentialVault, access: ClaimedAccess) -> dict[str, Any] | None:
+    """What the scraper kept from the access's last run ({} when nothing); None when unreadable.
+
+    Unreadable state must stay as stored (:data:`UNCHANGED`): another key of a rotation in
+    progress may still open it.
+    """
+    if not access.session_state:
+        return {}
+    try:
+        loaded = json.loads(vault.decrypt(access.session_state))
+    except (VaultError, ValueError):
+        loaded = None
+    if isinstance(loaded, dict):
+        return loaded
+    _log.warning("access state unreadable; not using it", access_id=access.access_id)
+    return None
+
+
+def seal_session_state(vault: CredentialVault, state: dict[str, Any]) -> bytes | None:
+    """The token :func:`finish_access` stores for ``state`` (None, clearing it, when empty)."""
+    return vault.encrypt(json.dumps(state)) if state else None
+
+
+async def finish_customer(
+    session: AsyncSession, customer_id: int, *, now: datetime | None = None
+) -> None:
+    """Mark the customer's refresh done: all updated (each access keeps its own result)."""
+    await session.execute(
+        update(Customer)
+        .where(Customer.id == customer_id)
+        .values(scrape_state=ScrapeState.ALL_UPDATED, scrape_finished_at=now or _now())
+    )
+
+
+async def reset_stuck(
+    sessions: async_sessionmaker[AsyncSession],
+    *,
+    limit: timedelta,
+    now: datetime | None = None,
+) -> StuckReset:
+    """Reset accesses and customers in progress since before ``now - limit``. Idempotent.
+
+    An access counts from its last heartbeat (its claim when it has none); one transaction.
+    """
+    now = now or _now()
+    cutoff = now - limit
+    detail = f"reset by the watchdog: still in progress after {_human(limit)}"
+    async with sessions() as session, session.begin():
+        alive_at = func.coalesce(Access.heartbeat_at, Access.scrape_started_at)
+        accesses = (
+            await session.scalars(
+                select(Access.id).where(
+                    Access.scrape_state == ScrapeState.IN_PROGRESS,
+                    or_(alive_at < cutoff, alive_at.is_(None)),
+                )
+            )
+        ).all()
+        if accesses:
+            await session.execute(
+                update(Access)
+                .where(Access.id.in_(accesses), Access.scrape_state == ScrapeState.IN_PROGRESS)
+                .values(
+                    scrape_state=ScrapeState.IDLE,
+                    result_code=ResultCode.TIMEOUT,
+                    result_detail=detail,
+                    scrape_finished_at=now,
+                )
+            )
+        busy = (
+            select(Access.id)
+            .where(
+                Access.customer_id == Customer.id,
+                Access.scrape_state == ScrapeState.IN_PROGRESS,
+            )
+            .exists()
+        )
+        customers = (
+            await session.scalars(
+                select(Customer.id).where(
+                    Customer.scrape_state == ScrapeState.IN_PROGRESS,
+                    Customer.scrape_started_at < cutoff,
+                    ~busy,
+                )
+            )
+        ).all()
+        if customers:
+            await session.execute(
+                update(Customer)
+                .where(Customer.id.in_(customers), Customer.scrape_state == ScrapeState.IN_PROGRESS)
+                .values(scrape_state=ScrapeState.IDLE, scrape_finished_at=now)
+            )
+    if accesses or customers:
+        _log.warning("reset stuck scrapes", accesses=list(accesses), customers=list(customers))
+    return StuckReset(tuple(accesses), tuple(customers))
+
+
+def _claimed(access: Access, bank: str) -> ClaimedAccess:
+    return ClaimedAccess(access.id, bank, access.login, access.secret, access.session_state)
+
+
+def _human(limit: timedelta) -> str:
+    seconds = int(limit.total_seconds())
+    if seconds % 3600 == 0 and seconds:
+        return f"{seconds // 3600} h"
+    if seconds % 60 == 0 and seconds:
+        return f"{seconds // 60} min"
+    return f"{seconds} s"
+
+
+def _now() -> datetime:
+    return datetime.now(UTC)
+
+
+def _rowcount(result: Any) -> int:
+    return int(getattr(result, "rowcount", 0) or 0)
