@@ -6,7 +6,8 @@ The tree::
     ├── ConfigError (ValueError)            bad settings or arguments; the message names the culprit
     │   └── MissingSetting                  a mandatory value (argument or env var) is absent
     ├── InputError (ValueError)             bad user input: a URL list, a task set, a params dict
-    │   └── InvalidAccount                  an account a scraper produced cannot be stored
+    │   └── InvalidAccount                  an account or movement a scraper read cannot be stored
+    │       └── DuplicateMovement           one batch holds two movements with the same key
     ├── StatusError                         the status store cannot be used as asked
     │   ├── StatusCorrupt                   a status file is not valid JSON or not a status object
     │   ├── TaskNotFound (KeyError)         a key given without params has no status yet
@@ -14,6 +15,7 @@ The tree::
     ├── ScrapeError (RuntimeError)          one task's scrape failed; recorded, the run goes on
     │   ├── HTTPStatusError                 the server answered with an unexpected status code
     │   ├── ValidationFailed                the response_callback refused the content
+    │   ├── UndecodableBody (ValueError)    a body does not decode as text in its charset
     │   └── FetchError                      the HTTP layer gave up on a request (after retries)
     │       ├── FetchTimeout (TimeoutError)     no answer in time
     │       ├── ConnectionFailed (ConnectionError)  the connection failed or was dropped
@@ -36,6 +38,7 @@ The tree::
     │   ├── StoreUnavailable                no such bucket, access denied, endpoint down
     │   ├── ObjectNotFound (KeyError)       nothing stored under that name (content, fetch log)
     │   └── StorageCorrupt                  a stored object is not what it should be (bad log line)
+    ├── SandboxAdminError                   the sandbox's admin API refused a call or did not answer
     └── MissingExtra (ImportError)          an optional dependency is not installed
 
 ``ScrapeError`` also derives from :class:`RuntimeError` because the seed's contract is that an
@@ -51,6 +54,7 @@ __all__ = [
     "CaptchaDetected",
     "ConfigError",
     "ConnectionFailed",
+    "DuplicateMovement",
     "FetchError",
     "FetchTimeout",
     "HTTPStatusError",
@@ -66,6 +70,7 @@ __all__ = [
     "ProxyListUnavailable",
     "RefreshInProgress",
     "RetryBudgetExhausted",
+    "SandboxAdminError",
     "ScrapeError",
     "ScrapeflowError",
     "SessionError",
@@ -77,6 +82,7 @@ __all__ = [
     "StoreUnavailable",
     "TaskConflict",
     "TaskNotFound",
+    "UndecodableBody",
     "UnknownScraper",
     "ValidationFailed",
     "VaultError",
@@ -139,6 +145,22 @@ class ValidationFailed(ScrapeError):
     """The content validation callback refused the response body."""
 
 
+class UndecodableBody(ScrapeError, ValueError):
+    """A response body is not text in its charset (the declared one, or the one the caller
+    expects), or names a charset Python does not know. Nothing is replaced or guessed: text
+    with replacement characters would be parsed and stored as if it were what the site said.
+
+    ``url`` (without its query, which may carry tokens), ``encoding`` and ``position`` (the
+    offset of the first bad byte, ``None`` for an unknown charset) say where.
+    """
+
+    def __init__(self, message: str, *, url: str, encoding: str, position: int | None) -> None:
+        super().__init__(message)
+        self.url = url
+        self.encoding = encoding
+        self.position = position
+
+
 class FetchError(ScrapeError):
     """The HTTP layer gave up on a request; ``url`` and ``attempts`` say which and how hard."""
 
@@ -189,7 +211,17 @@ class ProxyListUnavailable(ProxyError):
 
 
 class InvalidAccount(InputError):
-    """An account a scraper produced cannot be stored (bad IBAN, currency or number)."""
+    """An account or movement a scraper produced cannot be stored (bad IBAN, currency or
+    number; a movement without a usable key)."""
+
+
+class DuplicateMovement(InvalidAccount):
+    """One batch of an account's movements holds two with the same key: storing it would keep
+    one of them and silently drop the other. The whole batch is refused; ``key`` names it."""
+
+    def __init__(self, message: str, *, key: str) -> None:
+        super().__init__(message)
+        self.key = key
 
 
 class VaultError(ScrapeflowError):
@@ -252,6 +284,24 @@ class ObjectNotFound(StorageError, KeyError):
 
 class StorageCorrupt(StorageError):
     """A stored object exists but is not what it should be (a fetch log line that is not JSON)."""
+
+
+class SandboxAdminError(ScrapeflowError):
+    """The sandbox's admin API (``/__admin/...``) answered other than 200, or not at all.
+
+    ``site``, ``method``, ``path`` (with its query) and ``status`` (``None`` when no answer came)
+    say which call; ``detail`` is the site's own reason. Never holds the admin token.
+    """
+
+    def __init__(
+        self, message: str, *, site: str, method: str, path: str, status: int | None, detail: str
+    ) -> None:
+        super().__init__(message)
+        self.site = site
+        self.method = method
+        self.path = path
+        self.status = status
+        self.detail = detail
 
 
 class MissingExtra(ScrapeflowError, ImportError):

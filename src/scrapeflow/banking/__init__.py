@@ -7,7 +7,8 @@
   ``scrapeflow.banking.scrapers``;
 * the :class:`Writer` interface (:class:`SqlWriter` by default) and the :class:`WriteQueue`;
 * the :class:`Launcher` (refresh a customer: one scraper per access, in parallel), its events
-  and its log file per launch; the :class:`Watchdog` that resets stuck refreshes;
+  and its log file per launch; scrape state (claims, heartbeats, finishes) and
+  :func:`reset_stuck`, the watchdog that frees what a killed launch left in progress;
 * result codes (:class:`ResultCode`) and the credential vault (:class:`CredentialVault`);
 * customers and accesses (:func:`add_customer`, :func:`add_access`), reading back
   (:func:`accounts_of`, :func:`movements_of`) and exports (CSV, JSON, OFX).
@@ -33,12 +34,13 @@ from scrapeflow.banking._directory import (
 from scrapeflow.banking._events import EventKind, EventSink, LaunchEvent
 from scrapeflow.banking._export import to_csv, to_json, to_ofx
 from scrapeflow.banking._formats import (
+    compact,
     parse_amount,
     parse_es_amount,
     parse_es_date,
     parse_iso_date,
 )
-from scrapeflow.banking._launcher import AccessReport, Launcher, LaunchLimits, LaunchReport
+from scrapeflow.banking._launcher import Launcher
 from scrapeflow.banking._migrate import MIGRATIONS_DIR, migrate
 from scrapeflow.banking._models import (
     Access,
@@ -51,6 +53,7 @@ from scrapeflow.banking._models import (
     FinancialEntity,
     InvalidAccount,
     Movement,
+    MovementKeys,
     MovementRecord,
     movement_key,
     upsert_accounts,
@@ -59,6 +62,7 @@ from scrapeflow.banking._models import (
     validate_iban,
 )
 from scrapeflow.banking._registry import ENTRY_POINT_GROUP, get_scraper, register, scrapers
+from scrapeflow.banking._reports import AccessReport, LaunchLimits, LaunchReport
 from scrapeflow.banking._results import ResultCode, ScrapeState
 from scrapeflow.banking._scraper import (
     AccessSink,
@@ -69,8 +73,8 @@ from scrapeflow.banking._scraper import (
     ScrapeContext,
     result_for,
 )
+from scrapeflow.banking._state import StuckReset, reset_stuck
 from scrapeflow.banking._vault import KEY_FILE_ENV, KEYS_ENV, CredentialVault, VaultError
-from scrapeflow.banking._watchdog import StuckReset, Watchdog, reset_stuck
 from scrapeflow.banking._writequeue import WriteQueue, writers_for
 from scrapeflow.banking._writer import SqlWriter, SyncWindow, Writer
 
@@ -104,6 +108,7 @@ __all__ = [
     "LaunchReport",
     "Launcher",
     "Movement",
+    "MovementKeys",
     "MovementRecord",
     "MovementView",
     "ResultCode",
@@ -113,13 +118,13 @@ __all__ = [
     "StuckReset",
     "SyncWindow",
     "VaultError",
-    "Watchdog",
     "WriteQueue",
     "Writer",
     "accesses_of",
     "accounts_of",
     "add_access",
     "add_customer",
+    "compact",
     "find_customer",
     "get_scraper",
     "migrate",

@@ -60,6 +60,7 @@ __all__ = [
     "FinancialEntity",
     "InvalidAccount",
     "Movement",
+    "MovementKeys",
     "MovementRecord",
     "movement_key",
     "upsert_accounts",
@@ -278,7 +279,8 @@ class AccountRecord:
 
 @dataclass(frozen=True, slots=True)
 class MovementRecord:
-    """One movement as a scraper read it; ``key`` from :func:`movement_key`."""
+    """One movement as a scraper read it; ``key`` from :func:`movement_key` (the bank's
+    reference) or :class:`MovementKeys` (banks without one)."""
 
     key: str
     operation_date: date
@@ -308,15 +310,74 @@ def movement_key(
     ``h:<sha256>`` of operation date, amount, whitespace-normalised description and
     ``occurrence`` (0 for the first of identical movements on a day, 1 for the second…).
     The fallback cannot follow a description change, so a bank that renames posted movements
-    must provide a reference.
+    must provide a reference. To count occurrences over a read, use :class:`MovementKeys`.
     """
     if reference:
         return f"ref:{reference}"[:128]
     if operation_date is None or amount is None:
         raise InvalidAccount("a movement without a reference needs its date and amount for a key")
-    text = " ".join(description.split()).upper()
-    payload = f"{operation_date.isoformat()}|{amount:.2f}|{text}|{occurrence}"
+    payload = f"{_hashed_form(operation_date, amount, description)}|{occurrence}"
     return "h:" + hashlib.sha256(payload.encode()).hexdigest()
+
+
+def _hashed_form(operation_date: date, amount: Decimal, description: str) -> str:
+    """What :func:`movement_key` hashes besides the occurrence: movements with the same form are
+    the same to it ("Cajero" and "CAJERO " on one day, for one amount)."""
+    text = " ".join(description.split()).upper()
+    return f"{operation_date.isoformat()}|{amount:.2f}|{text}"
+
+
+class MovementKeys:
+    """The keys of one read of an account's movements, for banks that give no reference.
+
+    :func:`movement_key` alone gives identical movements (two cash withdrawals of 20.00 on one
+    day, "Cajero" and "CAJERO ") the same key, and storing them keeps only one. One
+    ``MovementKeys`` per account and read counts the movements with the same hashed form, in
+    read order, and gives the first ``occurrence=0``, the second ``occurrence=1``…; a re-read of
+    the same days gives the same keys again, so nothing is doubled either.
+
+    >>> from datetime import date
+    >>> from decimal import Decimal
+    >>> keys = MovementKeys()
+    >>> day, amount = date(2026, 3, 2), Decimal("-20.00")
+    >>> first = keys.key(operation_date=day, amount=amount, description="Cajero")
+    >>> second = keys.key(operation_date=day, amount=amount, description="CAJERO ")
+    >>> first != second
+    True
+    >>> second == movement_key(operation_date=day, amount=amount, description="Cajero",
+    ...                        occurrence=1)
+    True
+
+    The count must cover whole days: read from the first day on (the incremental window always
+    starts at a day), never from the middle of a day's list. A movement with the bank's
+    ``reference`` gets ``ref:<reference>`` and is not counted.
+    """
+
+    __slots__ = ("_seen",)
+
+    def __init__(self) -> None:
+        self._seen: dict[str, int] = {}
+
+    def key(
+        self,
+        *,
+        operation_date: date,
+        amount: Decimal,
+        description: str = "",
+        reference: str | None = None,
+    ) -> str:
+        """The next movement's key: :func:`movement_key` with its occurrence counted here."""
+        if reference:
+            return movement_key(reference=reference)
+        form = _hashed_form(operation_date, amount, description)
+        occurrence = self._seen.get(form, 0)
+        self._seen[form] = occurrence + 1
+        return movement_key(
+            operation_date=operation_date,
+            amount=amount,
+            description=description,
+            occurrence=occurrence,
+        )
 
 
 # -- idempotent writes ------------------------------------------------------------
@@ -385,7 +446,8 @@ async def upsert_movements(
 
     A pending movement that posts (same key, new description, ``pending=False``) is updated in
     place; ``first_seen`` keeps the first sighting and ``updated_at`` moves only on a real change.
-    The last record wins when a batch repeats a key. Runs in the caller's transaction.
+    The last record wins when a batch repeats a key (scrapers' batches never do: the
+    :class:`~scrapeflow.banking.AccessSink` refuses them). Runs in the caller's transaction.
     """
     by_key = {
         m.key: {

@@ -28,6 +28,7 @@ from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
 from datetime import date, timedelta
 from typing import Any, ClassVar, NoReturn, TypeVar
+from urllib.parse import urljoin
 
 import yarl
 
@@ -42,10 +43,12 @@ from scrapeflow.errors import (
     AccessFailed,
     Banned,
     ConnectionFailed,
+    DuplicateMovement,
     FetchError,
     FetchTimeout,
     InvalidAccount,
     SessionExpired,
+    UndecodableBody,
 )
 from scrapeflow.http import HttpClient, Response, ScrapeSession
 
@@ -108,7 +111,10 @@ class Credential:
 class AccessSink:
     """A scraper's way to the database: batches go through the write queue to the writer.
 
-    Counts what landed and reports each batch (``on_batch``) once it is stored.
+    Counts what landed and reports each batch (``on_batch``) once it is stored. A movements
+    batch with two movements of one key is refused whole (:class:`DuplicateMovement`, the
+    access ends ``site_changed``) before anything of it is written: storing it would keep one
+    of the two and drop the other without a word.
     """
 
     def __init__(
@@ -146,6 +152,7 @@ class AccessSink:
     ) -> None:
         """Store one account's movements. ``complete_since``: they are everything the bank
         lists from that day on, so stored pending ones missing from them were dropped."""
+        _refuse_duplicates(account_ref, movements)
         whole = getattr(self.writer, "write_movements_since", None)
         if complete_since is not None and whole is not None:
             await self.queue.submit(
@@ -161,6 +168,23 @@ class AccessSink:
 
     async def sync_window(self, account_ref: str) -> SyncWindow:
         return await self.writer.sync_window(self.access_id, account_ref)
+
+
+def _refuse_duplicates(account_ref: str, movements: Sequence[MovementRecord]) -> None:
+    first: dict[str, MovementRecord] = {}
+    for movement in movements:
+        earlier = first.setdefault(movement.key, movement)
+        if earlier is not movement:
+            raise DuplicateMovement(
+                f"account {account_ref}: two movements with key {movement.key[:40]}: "
+                f"{_shown(earlier)} and {_shown(movement)}; give each its own key "
+                "(the bank's reference, or MovementKeys for banks without one)",
+                key=movement.key,
+            )
+
+
+def _shown(movement: MovementRecord) -> str:
+    return f"{movement.operation_date} {movement.amount} {movement.description[:40]!r}"
 
 
 @dataclass(slots=True)
@@ -202,6 +226,9 @@ class BasicScraper(abc.ABC):
     """Logins tried when the bank answers "unavailable" before giving up on the access."""
     relogins: ClassVar[int] = 5
     """Times a scrape may log in again after the bank ended its session."""
+    encoding: ClassVar[str] = "utf-8"
+    """The charset of the bank's pages when the server declares none (:meth:`text`). A charset
+    the server declares wins; pass ``response.text(encoding)`` to override a wrong one."""
 
     def __init__(self, context: ScrapeContext) -> None:
         self.context = context
@@ -307,7 +334,12 @@ class BasicScraper(abc.ABC):
     # -- helpers: requests ---------------------------------------------------------------------
 
     def url(self, path: str) -> str:
-        return path if "://" in path else f"{self.base_url}{path}"
+        """``path`` resolved as a browser resolves a link on the bank's base URL, taken as a
+        folder: with base ``https://bank.example/online``, ``cuentas`` and ``./cuentas`` are
+        ``https://bank.example/online/cuentas``, ``../static/a.js`` is
+        ``https://bank.example/static/a.js``, ``/login`` is ``https://bank.example/login``,
+        and an absolute URL (``https://…``, ``//host/…``) stays where it points."""
+        return urljoin(f"{self.base_url}/", path)
 
     async def request(
         self, method: str, path: str, *, expect: Sequence[int] = (200,), **kwargs: Any
@@ -332,6 +364,12 @@ class BasicScraper(abc.ABC):
 
     async def post(self, path: str, **kwargs: Any) -> Response:
         return await self.request("POST", path, **kwargs)
+
+    def text(self, response: Response) -> str:
+        """``response``'s body as text: its declared charset, else the scraper's
+        :attr:`encoding`. Bytes that do not decode raise
+        :class:`~scrapeflow.errors.UndecodableBody`: the access ends ``site_changed``."""
+        return response.text(default_encoding=self.encoding)
 
     def cookies(self, *names: str) -> dict[str, str]:
         """The session's cookies with these names (for :attr:`ScrapeContext.state`)."""
@@ -368,7 +406,9 @@ class BasicScraper(abc.ABC):
         complete_since: date | None = None,
     ) -> None:
         """Store ``movements`` of ``account``; pass ``complete_since`` when they are all the
-        bank lists from that day on (then pending ones it no longer lists are removed)."""
+        bank lists from that day on (then pending ones it no longer lists are removed). Two of
+        them with one key refuse the whole batch (:class:`~scrapeflow.errors.DuplicateMovement`,
+        ``site_changed``): key them with :class:`~scrapeflow.banking.MovementKeys`."""
         await self.sink.write_movements(account.bank_ref, movements, complete_since=complete_since)
 
     def fail(self, code: ResultCode, detail: str = "") -> NoReturn:
@@ -416,7 +456,7 @@ def _result_of_leaf(exc: BaseException) -> tuple[ResultCode, str]:
         return ResultCode.TIMEOUT, "the scrape ran past its time limit"
     if isinstance(exc, FetchError):
         return ResultCode.BANK_UNAVAILABLE, f"{type(exc).__name__}: {exc}"
-    if isinstance(exc, InvalidAccount):
+    if isinstance(exc, InvalidAccount | UndecodableBody):  # what was read cannot be used
         return ResultCode.SITE_CHANGED, str(exc)
     if isinstance(exc, SessionExpired):
         return ResultCode.BANK_UNAVAILABLE, f"session expired: {exc}"

@@ -30,10 +30,19 @@ from datetime import date
 from decimal import Decimal
 from typing import Any, NoReturn
 
-from scrapeflow.banking._formats import compact, parse_amount, parse_iso_date
-from scrapeflow.banking._models import AccountRecord, AccountType, MovementRecord, movement_key
-from scrapeflow.banking._results import ResultCode
-from scrapeflow.banking._scraper import BasicScraper, ContractInfo, ScrapeContext
+from scrapeflow.banking import (
+    AccountRecord,
+    AccountType,
+    BasicScraper,
+    ContractInfo,
+    MovementRecord,
+    ResultCode,
+    ScrapeContext,
+    compact,
+    movement_key,
+    parse_amount,
+    parse_iso_date,
+)
 from scrapeflow.errors import SessionExpired
 from scrapeflow.http import Response
 
@@ -277,7 +286,8 @@ class ApiBankScraper(BasicScraper):
         try:
             body = response.json()
         except ValueError:
-            self.site_changed(f"{where} did not answer JSON: {response.text()[:80]!r}")
+            # The raw bytes: a body that is not JSON may not be text either.
+            self.site_changed(f"{where} did not answer JSON: {response.body[:80]!r}")
         if not isinstance(body, dict):
             self.site_changed(f"{where} did not answer a JSON object")
         return body

@@ -38,10 +38,18 @@ import yarl
 from python_calamine import CalamineWorkbook
 from selectolax.lexbor import LexborHTMLParser, LexborNode
 
-from scrapeflow.banking._formats import compact, parse_es_amount, parse_es_date
-from scrapeflow.banking._models import AccountRecord, AccountType, MovementRecord, movement_key
-from scrapeflow.banking._results import ResultCode
-from scrapeflow.banking._scraper import BasicScraper, ContractInfo
+from scrapeflow.banking import (
+    AccountRecord,
+    AccountType,
+    BasicScraper,
+    ContractInfo,
+    MovementRecord,
+    ResultCode,
+    compact,
+    movement_key,
+    parse_es_amount,
+    parse_es_date,
+)
 from scrapeflow.errors import AccessFailed, SessionExpired
 from scrapeflow.http import Response
 from scrapeflow.js import JsRuntime
@@ -107,7 +115,7 @@ class FormBankScraper(BasicScraper):
         for attempt in range(1 + self.login_session_retries):
             if attempt:
                 form = await self.get("/login")
-            page = LexborHTMLParser(form.text())
+            page = LexborHTMLParser(self.text(form))
             fields = {name: _hidden(page, name) for name in ("_csrf", "execution", "semilla")}
             cipher = runtime.call("encriptar", self.password(), fields["semilla"])
             if not isinstance(cipher, str):
@@ -130,7 +138,7 @@ class FormBankScraper(BasicScraper):
                     self.log.info("logged in")
                     return
                 self.fail(ResultCode.UNKNOWN, f"the login sent us to {target or '?'}")
-            message = _error_message(LexborHTMLParser(response.text()))
+            message = _error_message(LexborHTMLParser(self.text(response)))
             lowered = message.lower()
             if "incorrect" in lowered:
                 self.fail(ResultCode.WRONG_CREDENTIALS, message)
@@ -150,7 +158,7 @@ class FormBankScraper(BasicScraper):
         made on, and each scrape may run on its own loop.
         """
         if self._runtime is None:
-            script = (await self.get(_SCRIPT)).text()
+            script = self.text(await self.get(_SCRIPT))
             if "encriptar" not in script:
                 self.site_changed(f"{_SCRIPT} no longer defines encriptar()")
             self._runtime = JsRuntime(script)
@@ -246,7 +254,7 @@ class FormBankScraper(BasicScraper):
         if content_type == _XLSX_TYPE or response.body[:2] == b"PK":
             rows = await asyncio.to_thread(_read_xlsx, response.body)
             return [_movement(row) for row in rows]
-        message = _error_message(LexborHTMLParser(response.text()))
+        message = _error_message(LexborHTMLParser(self.text(response)))
         if _EXPORT_REFUSED in message.lower():
             self._careful = True
             raise SessionExpired(f"the export of {ref} was refused: {message}")
@@ -276,7 +284,7 @@ class FormBankScraper(BasicScraper):
         return response
 
     async def _page(self, path: str) -> LexborHTMLParser:
-        page = LexborHTMLParser((await self._private(path)).text())
+        page = LexborHTMLParser(self.text(await self._private(path)))
         if page.css_first("form#formLogin") is not None:
             self._careful = True
             raise SessionExpired(f"{path} showed the login form")

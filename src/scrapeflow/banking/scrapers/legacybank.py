@@ -30,16 +30,24 @@ from typing import NoReturn
 import yarl
 from selectolax.lexbor import LexborHTMLParser, LexborNode
 
-from scrapeflow.banking._formats import compact, parse_es_amount, parse_es_date
-from scrapeflow.banking._models import AccountRecord, AccountType, MovementRecord, movement_key
-from scrapeflow.banking._results import ResultCode
-from scrapeflow.banking._scraper import BasicScraper, ContractInfo, ScrapeContext
+from scrapeflow.banking import (
+    AccountRecord,
+    AccountType,
+    BasicScraper,
+    ContractInfo,
+    MovementRecord,
+    ResultCode,
+    ScrapeContext,
+    compact,
+    movement_key,
+    parse_es_amount,
+    parse_es_date,
+)
 from scrapeflow.errors import SessionExpired
 from scrapeflow.http import Response
 
 __all__ = ["LegacyBankScraper"]
 
-_CHARSET = "iso-8859-1"
 _SESSION_COOKIE = "JSESSIONID"
 _DEVICE_COOKIE = "DISPOSITIVO"
 _CONTRACT = re.compile(r"^(?P<name>.*?)\s*\((?P<ref>[^()]+)\)\s*$")
@@ -47,13 +55,6 @@ _PAGES = re.compile(r"P\w+gina\s+(?P<page>\d+)\s+de\s+(?P<pages>\d+)")
 _PERIOD = re.compile(r"(?P<since>\d{2}/\d{2}/\d{4})\D+(?P<until>\d{2}/\d{2}/\d{4})")
 _CURRENCY = re.compile(r"\b([A-Z]{3})\s*$")
 _ACCOUNT_ID = re.compile(r"[?&]cuenta=([^&#]+)")
-
-
-def _html(response: Response) -> str:
-    """The page's text: the charset of ``Content-Type``, else the bank's ISO-8859-1."""
-    if "charset=" in response.headers.get("Content-Type", "").lower():
-        return response.text()
-    return response.text(_CHARSET)
 
 
 def _text(node: LexborNode | None) -> str:
@@ -82,6 +83,8 @@ class LegacyBankScraper(BasicScraper):
     bank = "legacybank"
     title = "Banco Legado"
     country = "ES"
+    encoding = "iso-8859-1"
+    """The pages' charset when ``Content-Type`` names none (:meth:`BasicScraper.text`)."""
 
     def __init__(self, context: ScrapeContext) -> None:
         super().__init__(context)
@@ -106,7 +109,7 @@ class LegacyBankScraper(BasicScraper):
                 return
             state.pop("pending", None)
             if "otp" in yarl.URL(response.url).query:  # too many wrong codes: a new one is due
-                notice = _message(LexborHTMLParser(_html(response)), "div.msgAviso")
+                notice = _message(LexborHTMLParser(self.text(response)), "div.msgAviso")
             else:  # the pending session is gone, and its code with it: the new login gets a
                 # new code. Posting the old one there would only burn one of three attempts.
                 self._otp_posted = True
@@ -125,7 +128,7 @@ class LegacyBankScraper(BasicScraper):
                 await self._after_code(await self._post_code())
                 return
             self._await_code(notice or "the bank sent a one-time code by SMS")
-        page = LexborHTMLParser(_html(response))
+        page = LexborHTMLParser(self.text(response))
         error = _message(page, "div.msgError")
         warning = _message(page, "div.msgAviso")
         lowered = error.lower()
@@ -149,7 +152,7 @@ class LegacyBankScraper(BasicScraper):
             self.context.state.pop("pending", None)
             self._signed_in(response)
             return
-        page = LexborHTMLParser(_html(response))
+        page = LexborHTMLParser(self.text(response))
         if path == "/otp.jsp":  # a wrong or expired code: the customer must send a new one
             self._await_code(_message(page, "div.msgError") or "the bank refused the code")
         if path == "/login.jsp":
@@ -177,7 +180,7 @@ class LegacyBankScraper(BasicScraper):
             if not isinstance(cookies, dict):
                 cookies = self.context.state["cookies"] = {}
             cookies.update(device)
-        self._home = _html(response) if response.status == 200 else None
+        self._home = self.text(response) if response.status == 200 else None
 
     def _path(self, response: Response) -> str:
         return yarl.URL(response.url).path
@@ -196,7 +199,7 @@ class LegacyBankScraper(BasicScraper):
             # The path only: a Location may carry a ;jsessionid= or a query.
             where = yarl.URL(response.headers.get("Location", "")).path.split(";")[0]
             raise SessionExpired(f"{path} redirected to {where or 'nowhere'}")
-        return LexborHTMLParser(_html(response))
+        return LexborHTMLParser(self.text(response))
 
     async def contracts(self) -> Sequence[ContractInfo]:
         if self._home is not None:
@@ -261,10 +264,14 @@ class LegacyBankScraper(BasicScraper):
         rest = await asyncio.gather(
             *(self._movements_page(query | {"pagina": str(n)}) for n in range(2, pages + 1))
         )
-        found: list[MovementRecord] = []
+        # A movement booked meanwhile shifts the rows: one may show on two pages (a pending
+        # one posted between them, too). One Nº operación is one movement: the later read wins.
+        found: dict[str, MovementRecord] = {}
         for page in (first, *rest):
-            found.extend(self._movement(row) for row in page.css("table.tablaMovimientos tr.fila"))
-        return found
+            for row in page.css("table.tablaMovimientos tr.fila"):
+                movement = self._movement(row)
+                found[movement.key] = movement
+        return list(found.values())
 
     async def _movements_page(self, query: dict[str, str]) -> LexborHTMLParser:
         page = await self._private("/movimientos.do", **query)
