@@ -1,69 +1,23 @@
-"""Database fixtures: every test runs on SQLite (a temp file) and on PostgreSQL (a fresh database).
+"""Bank fixtures: a session and a customer's access on a migrated database, on each backend.
 
-PostgreSQL is found at ``SCRAPEFLOW_TEST_PG`` (default ``postgresql://postgres@127.0.0.1:5432/test``);
-each test creates its own database and drops it after. When the server is unreachable the
-PostgreSQL half is skipped, except under ``CI=true``, where that is a failure.
+The databases (``db_url``, ``sqlite_url``, ``empty_db_url``) are in ``tests/_databases.py``,
+the sandbox in ``tests/_servers.py``.
 """
 
 from __future__ import annotations
 
-import os
-import uuid
-from collections.abc import AsyncIterator, Iterator
-from pathlib import Path
+from collections.abc import AsyncIterator
 
-import asyncpg
 import pytest
-from sqlalchemy.engine import make_url
 from sqlalchemy.ext.asyncio import AsyncSession
 
-from scrapeflow.banking import Access, Customer, FinancialEntity, migrate
+from scrapeflow.banking import Access, Customer, FinancialEntity
 from scrapeflow.db import create_engine, session_factory
-from scrapeflow.sandbox import Sandbox, SandboxConfig
-
-_PG_ADMIN = "postgresql://postgres@127.0.0.1:5432/test"
-
-
-# Read at import, before the autouse clean_environ fixture drops SCRAPEFLOW_* variables.
-_PG_SETTING = os.environ.get("SCRAPEFLOW_TEST_PG", "")
-
-
-def _pg_admin_dsn() -> str:
-    return _PG_SETTING or _PG_ADMIN
-
-
-async def _connect_admin() -> asyncpg.Connection:
-    try:
-        return await asyncpg.connect(_pg_admin_dsn(), timeout=5)
-    except (OSError, asyncpg.PostgresError, TimeoutError) as exc:
-        where = make_url(_pg_admin_dsn()).render_as_string(hide_password=True)
-        message = f"PostgreSQL unreachable at {where}: {exc!r}"
-        if os.environ.get("CI", "").lower() == "true":
-            pytest.fail(message)
-        pytest.skip(message)
-
-
-@pytest.fixture(params=["sqlite", "postgresql"])
-async def db_url(request: pytest.FixtureRequest, tmp_path: Path) -> AsyncIterator[str]:
-    """An empty database's async URL, on each backend."""
-    if request.param == "sqlite":
-        yield f"sqlite+aiosqlite:///{tmp_path / 'bank.db'}"
-        return
-    admin = await _connect_admin()
-    name = f"sf_test_{uuid.uuid4().hex[:12]}"
-    await admin.execute(f'CREATE DATABASE "{name}"')
-    try:
-        base = _pg_admin_dsn().rsplit("/", 1)[0].replace("postgresql://", "postgresql+asyncpg://")
-        yield f"{base}/{name}"
-    finally:
-        await admin.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
-        await admin.close()
 
 
 @pytest.fixture
 async def session(db_url: str) -> AsyncIterator[AsyncSession]:
     """A session on a migrated database."""
-    await migrate(db_url)
     engine = create_engine(db_url)
     try:
         async with session_factory(engine)() as s:
@@ -83,19 +37,3 @@ async def access_id(session: AsyncSession) -> int:
     session.add(access)
     await session.commit()
     return access.id
-
-
-@pytest.fixture
-async def sqlite_url(tmp_path: Path) -> str:
-    """A migrated SQLite database, for tests whose point is not the backend."""
-    url = f"sqlite+aiosqlite:///{tmp_path / 'bank.db'}"
-    await migrate(url)
-    return url
-
-
-@pytest.fixture
-def sandbox() -> Iterator[Sandbox]:
-    """A fresh sandbox (no hostility, 0-2 ms latency, its clock at the epoch) in a thread."""
-    config = SandboxConfig(hostility="none", latency_ms=(0, 2), customers=1000)
-    with Sandbox.in_thread(config) as running:
-        yield running

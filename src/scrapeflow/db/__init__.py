@@ -14,7 +14,7 @@ The bank schema's migrations live with it: ``await scrapeflow.banking.migrate(ur
 from __future__ import annotations
 
 from scrapeflow.db._engine import DEFAULT_URL, create_engine, session_factory
-from scrapeflow.db._migrate import alembic_config, migrate
+from scrapeflow.db._migrate import alembic_config, head_revision, migrate
 from scrapeflow.db._types import Money, UTCDateTime
 from scrapeflow.db._upsert import portable_statements, upsert
 
@@ -24,6 +24,7 @@ __all__ = [
     "UTCDateTime",
     "alembic_config",
     "create_engine",
+    "head_revision",
     "migrate",
     "portable_statements",
     "session_factory",

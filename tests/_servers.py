@@ -1,0 +1,130 @@
+"""Real servers on loopback for every test package (a pytest plugin, see ``tests/conftest.py``).
+
+* ``plain_site``, ``slow_site``: the sandbox plain site, served from a thread;
+* ``sandbox``: the whole sandbox (plain site, feed, three banks);
+* ``s3_endpoint`` (moto's S3 server, one per session), ``target`` / ``s3_target`` (a store on
+  local disk or in a fresh bucket) and ``aws_sandbox`` (no AWS settings from the machine);
+* ``redis_stream``: the machine's Redis.
+
+A server that must be on the machine (Redis, PostgreSQL, tinyproxy) and is not: the test is
+skipped, or fails under ``CI=true``, where it must be there (:func:`unavailable`).
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import NoReturn
+
+import pytest
+import redis
+from moto.server import ThreadedMotoServer
+
+from scrapeflow.sandbox import PlainSite, Sandbox, SandboxConfig, SiteConfig, serve_in_thread
+from tests._s3 import Target, local_target, make_s3_target
+
+__all__ = ["REDIS_URL", "RunningSite", "unavailable"]
+
+REDIS_URL = "redis://127.0.0.1:6379/0"
+
+
+def unavailable(message: str) -> NoReturn:
+    """A server the test needs is missing: fail under ``CI=true``, skip elsewhere."""
+    if os.environ.get("CI", "").lower() == "true":
+        pytest.fail(message)
+    pytest.skip(message)
+
+
+@dataclass
+class RunningSite:
+    site: PlainSite
+    url: str
+
+    def page_url(self, n: int) -> str:
+        return f"{self.url}/page/{n}"
+
+    def hits(self, path: str) -> int:
+        return self.site.hits[path]
+
+
+@pytest.fixture
+def plain_site() -> Iterator[RunningSite]:
+    """The sandbox plain site (1,000 pages, no latency), served from its own thread."""
+    site = PlainSite(SiteConfig(pages=1000))
+    with serve_in_thread(site.app) as url:
+        yield RunningSite(site, url)
+
+
+@pytest.fixture
+def slow_site() -> Iterator[RunningSite]:
+    """The plain site with 20-60 ms per response, so a run can be stopped halfway."""
+    site = PlainSite(SiteConfig(pages=1000, latency_ms=(20.0, 60.0)))
+    with serve_in_thread(site.app) as url:
+        yield RunningSite(site, url)
+
+
+@pytest.fixture
+def sandbox() -> Iterator[Sandbox]:
+    """A fresh sandbox (no hostility, 0-2 ms latency, its clock at the epoch) in a thread."""
+    config = SandboxConfig(hostility="none", latency_ms=(0, 2), customers=1000)
+    with Sandbox.in_thread(config) as running:
+        yield running
+
+
+@pytest.fixture
+def aws_sandbox(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    """No AWS settings from the machine; dummy credentials; no instance-metadata lookups; the
+    default spool directory inside the test's tmp_path."""
+    for name in list(os.environ):
+        if name.startswith("AWS_"):
+            monkeypatch.delenv(name)
+    monkeypatch.setenv("AWS_EC2_METADATA_DISABLED", "true")
+    monkeypatch.setenv("AWS_ACCESS_KEY_ID", "testing")
+    monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", "testing")
+    monkeypatch.setenv("AWS_DEFAULT_REGION", "us-east-1")
+    monkeypatch.setenv("AWS_CONFIG_FILE", str(tmp_path / "no-aws-config"))
+    monkeypatch.setenv("AWS_SHARED_CREDENTIALS_FILE", str(tmp_path / "no-aws-credentials"))
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
+
+
+@pytest.fixture(scope="session")
+def s3_endpoint() -> Iterator[str]:
+    """moto's S3 server on 127.0.0.1, a free port, for the whole session. Nothing reaches AWS."""
+    logging.getLogger("werkzeug").setLevel(logging.WARNING)
+    server = ThreadedMotoServer(ip_address="127.0.0.1", port=0, verbose=False)
+    server.start()
+    host, port = server.get_host_and_port()
+    yield f"http://{host}:{port}"
+    server.stop()
+    if server._server is not None:
+        server._server.server_close()
+
+
+@pytest.fixture(params=["local", "s3"])
+def target(request: pytest.FixtureRequest, tmp_path: Path) -> Target:
+    """The store's location: a directory, or a fresh bucket with a prefix on the S3 server."""
+    if request.param == "local":
+        return local_target(tmp_path / "store")
+    return make_s3_target(request.getfixturevalue("s3_endpoint"))
+
+
+@pytest.fixture
+def s3_target(s3_endpoint: str) -> Target:
+    """A fresh bucket on the S3 server, for behaviours only S3 has (spooling, compaction)."""
+    return make_s3_target(s3_endpoint)
+
+
+@pytest.fixture
+def redis_stream() -> Iterator[redis.Redis]:
+    """A client of the machine's Redis at :data:`REDIS_URL`."""
+    client = redis.Redis.from_url(REDIS_URL)
+    try:
+        client.ping()
+    except redis.ConnectionError:
+        client.close()
+        unavailable("Redis is not running on 127.0.0.1:6379")
+    yield client
+    client.close()
