@@ -24,6 +24,7 @@ from scrapeflow.errors import (
     ProxyListUnavailable,
 )
 from scrapeflow.proxies import (
+    NO_COUNTRY,
     ProxyProvider,
     ProxyProviderFromDict,
     ProxyProviderFromIPRoyal,
@@ -539,3 +540,30 @@ def test_remote_providers_do_no_io_when_constructed() -> None:
     ):
         assert not provider.loaded
         assert provider.proxies == {}
+
+
+def test_a_proxy_file_is_read_line_by_line_and_a_bad_line_named_by_number(tmp_path) -> None:
+    good = tmp_path / "proxies.txt"
+    good.write_text("# exits\n\nhttp://u:p@127.0.0.2:8888\nhttps://127.0.0.3:443\n")
+    provider = ProxyProviderFromList.from_file(good)
+    assert sorted(provider.proxies[NO_COUNTRY]) == [
+        "http://u:p@127.0.0.2:8888",
+        "https://127.0.0.3:443",
+    ]
+
+    bad = tmp_path / "bad.txt"
+    bad.write_text("http://127.0.0.2:8888\nhttp://user:hunter2@\n")
+    with pytest.raises(InputError, match=r"bad.txt:2: ") as caught:
+        ProxyProviderFromList.from_file(bad)
+    assert "hunter2" not in str(caught.value)
+
+    latin = tmp_path / "latin1.txt"
+    latin.write_bytes("http://usér:p@127.0.0.2:8888\n".encode("latin-1"))
+    with pytest.raises(InputError, match=r"latin1\.txt: the proxy list is not UTF-8 text"):
+        ProxyProviderFromList.from_file(latin)
+    empty = tmp_path / "empty.txt"
+    empty.write_text("# nothing\n")
+    with pytest.raises(InputError, match="no proxy in the file"):
+        ProxyProviderFromList.from_file(empty)
+    with pytest.raises(InputError, match="cannot read the proxy list"):
+        ProxyProviderFromList.from_file(tmp_path / "missing.txt")

@@ -6,7 +6,7 @@ import re
 
 import aiohttp
 
-from scrapeflow.demo import sitemap_urls
+from scrapeflow.cli._demo import sitemap_urls
 from scrapeflow.sandbox import PlainSite, SiteConfig, serve
 
 

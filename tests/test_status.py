@@ -87,3 +87,34 @@ async def test_unwritable_directory_is_a_clear_error(tmp_path: Path) -> None:
 def test_summarize_on_missing_directory(tmp_path: Path) -> None:
     with pytest.raises(StatusError, match="not a directory"):
         summarize(tmp_path / "missing")
+
+
+def test_the_task_set_check_refuses_before_anything_is_written(tmp_path: Path) -> None:
+    from scrapeflow.errors import InputError, TaskConflict
+    from scrapeflow.status import check_task_set, dump_status
+
+    tasks = [("a", {"url": "http://127.0.0.1:1/a"}), ("b", {"url": "http://127.0.0.1:1/b"})]
+    fresh = tmp_path / "new" / "deeper"
+    check_task_set(fresh, tasks, executors=["scrape"])
+    assert not (tmp_path / "new").exists()  # checked, not created
+
+    with pytest.raises(InputError, match="--force names no executor of this run: parse"):
+        check_task_set(fresh, tasks, executors=["scrape"], force=["parse"])
+    a_file = tmp_path / "file"
+    a_file.write_text("")
+    with pytest.raises(StatusError, match="is not a writable directory"):
+        check_task_set(a_file / "sub", tasks, executors=["scrape"])
+    with pytest.raises(StatusError, match="exists and is not a directory"):
+        check_task_set(a_file, tasks, executors=["scrape"])
+
+    used = tmp_path / "used"
+    used.mkdir()
+    (used / "a.status.json").write_bytes(dump_status({"name": "a", "params": {"url": "x"}}))
+    with pytest.raises(TaskConflict, match="is for other params"):
+        check_task_set(used, tasks, executors=["scrape"])
+    with pytest.raises(StatusError, match="different task set"):
+        check_task_set(used, [("c", {"url": "y"})], executors=["scrape"])
+    (used / "a.status.json").write_text("{")
+    with pytest.raises(StatusCorrupt):
+        check_task_set(used, tasks, executors=["scrape"])
+    assert sorted(p.name for p in used.iterdir()) == ["a.status.json"]

@@ -26,7 +26,8 @@ import json
 import os
 import random
 from collections.abc import Iterable, Mapping
-from typing import Any, ClassVar
+from pathlib import Path
+from typing import Any, ClassVar, Self
 from urllib.parse import quote
 
 import aiohttp
@@ -42,7 +43,9 @@ from scrapeflow.errors import (
 )
 
 __all__ = [
+    "ANY_COUNTRY",
     "DEFAULT_CHECK_URL",
+    "NO_COUNTRY",
     "ProxyProvider",
     "ProxyProviderFromDict",
     "ProxyProviderFromIPRoyal",
@@ -194,6 +197,34 @@ class ProxyProviderFromList(ProxyProvider):
 
     def __init__(self, proxies: Iterable[str], *, check_url: str = DEFAULT_CHECK_URL) -> None:
         super().__init__({NO_COUNTRY: list(proxies)}, check_url=check_url)
+
+    @classmethod
+    def from_file(cls, path: str | Path, *, check_url: str = DEFAULT_CHECK_URL) -> Self:
+        """Proxies from a text file: one ``http(s)://[user:password@]host:port`` a line; blank
+        lines and ``#`` comments skipped. A bad line raises :class:`InputError` naming its
+        number, never its text (it may hold a password).
+
+        >>> ProxyProviderFromList.from_file("proxies.txt")  # doctest: +SKIP
+        """
+        path = Path(path)
+        try:
+            lines = path.read_text(encoding="utf-8").splitlines()
+        except UnicodeDecodeError:
+            raise InputError(f"{path}: the proxy list is not UTF-8 text") from None
+        except OSError as exc:
+            raise InputError(f"{path}: cannot read the proxy list ({exc.strerror})") from None
+        proxies = []
+        for lineno, line in enumerate(lines, start=1):
+            text = line.strip()
+            if not text or text.startswith("#"):
+                continue
+            try:
+                proxies.append(validate_proxy_url(text))
+            except InputError as exc:
+                raise InputError(f"{path}:{lineno}: {exc}") from None
+        if not proxies:
+            raise InputError(f"{path}: no proxy in the file")
+        return cls(proxies, check_url=check_url)
 
 
 class ProxyProviderFromDict(ProxyProvider):

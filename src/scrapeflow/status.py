@@ -20,7 +20,7 @@ from __future__ import annotations
 import os
 import re
 from collections import Counter
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 
@@ -28,7 +28,7 @@ import orjson
 
 from scrapeflow._util.atomic import atomic_write_bytes, sweep_stale_temp_files
 from scrapeflow._util.logs import get_logger
-from scrapeflow.errors import InputError, MissingExtra, StatusCorrupt, StatusError
+from scrapeflow.errors import InputError, MissingExtra, StatusCorrupt, StatusError, TaskConflict
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -43,6 +43,7 @@ __all__ = [
     "StatusData",
     "StatusStore",
     "check_key",
+    "check_task_set",
     "dump_status",
     "executor_names",
     "iter_statuses",
@@ -183,6 +184,61 @@ def load_status_file(path: str | Path) -> StatusData | None:
     if not isinstance(status, dict) or not isinstance(status.get("params"), dict):
         raise StatusCorrupt(f"{path} is not a scrapeflow status (no 'params' object)")
     return status
+
+
+def check_task_set(
+    directory: Path | str,
+    tasks: Iterable[tuple[str, Params]],
+    *,
+    executors: Sequence[str],
+    force: Sequence[str] | None = None,
+) -> None:
+    """Refuse, before anything is written, what would stop a run halfway.
+
+    Raises :class:`InputError` for a ``force`` name that is none of ``executors`` (nor
+    ``"all"``); :class:`StatusError` for a directory that cannot hold status files or that holds
+    only statuses of another task set; :class:`TaskConflict` for a status of one of ``tasks``
+    with other params; :class:`StatusCorrupt` for a status of this task set that does not parse.
+    Creates nothing: the run's store makes the directory.
+    """
+    unknown = [name for name in force or [] if name not in (*executors, "all")]
+    if unknown:
+        raise InputError(
+            f"--force names no executor of this run: {', '.join(unknown)} "
+            f"({', '.join([*executors, 'all'])})"
+        )
+    directory = Path(directory)
+    if not directory.exists():
+        parent = next((p for p in directory.parents if p.exists()), Path("."))
+        if not parent.is_dir() or not os.access(parent, os.W_OK | os.X_OK):
+            raise StatusError(
+                f"cannot write status files to {directory}: {parent} is not a writable directory"
+            )
+        return
+    if not directory.is_dir():
+        raise StatusError(f"{directory} exists and is not a directory")
+    if not os.access(directory, os.W_OK | os.X_OK):
+        raise StatusError(f"cannot write status files to {directory}: permission denied")
+    store = JsonDirStore(directory)
+    existing = set(store.keys())
+    if not existing:
+        return
+    shared = 0
+    for key, params in tasks:
+        if key not in existing:
+            continue
+        shared += 1
+        status = load_status_file(store.path(key))  # StatusCorrupt names the file
+        if status is not None and status.get("params") != params:
+            shown = params.get("url", params)
+            raise TaskConflict(
+                f"{store.path(key)} is for other params than {shown!r}; use another --dir"
+            )
+    if not shared:
+        raise StatusError(
+            f"{directory} holds {len(existing):,} status files of a different task set "
+            "(none is for a task of this list); use another --dir"
+        )
 
 
 SkipCallback = Callable[[Path, StatusError], None]

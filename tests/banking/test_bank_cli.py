@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import csv
 import io
 import json
@@ -10,8 +11,7 @@ import signal
 import subprocess
 import sys
 import time
-import urllib.request
-from datetime import timedelta
+from datetime import date, timedelta
 from decimal import Decimal
 from pathlib import Path
 from xml.etree import ElementTree
@@ -19,7 +19,7 @@ from xml.etree import ElementTree
 import pytest
 
 from scrapeflow.banking import CredentialVault
-from scrapeflow.sandbox import Sandbox
+from scrapeflow.sandbox import BankTruth, CustomerLogin, Sandbox, SandboxAdmin
 
 from . import _harness as h
 
@@ -69,19 +69,29 @@ class Cli:
         )
 
 
-def admin(sandbox: Sandbox, bank: str, path: str) -> dict:
-    request = urllib.request.Request(
-        sandbox.urls[bank] + path, headers={"Authorization": f"Bearer {sandbox.admin_token}"}
-    )
-    with urllib.request.urlopen(request) as response:
-        return json.load(response)
+def credentials(cli: Cli, bank: str, n: int) -> CustomerLogin:
+    """Customer ``n``'s login at ``bank``, from the admin API of the manifest the CLI reads."""
+
+    async def call() -> CustomerLogin:
+        async with SandboxAdmin.from_manifest_file(cli.manifest) as admin:
+            return await admin.customer(bank, n)
+
+    return asyncio.run(call())
 
 
-def add_customer_with_accesses(cli: Cli, sandbox: Sandbox, n: int) -> dict[str, dict]:
+def truth(cli: Cli, bank: str, username: str, since: date | None = None) -> BankTruth:
+    async def call() -> BankTruth:
+        async with SandboxAdmin.from_manifest_file(cli.manifest) as admin:
+            return await admin.truth(bank, username, since=since)
+
+    return asyncio.run(call())
+
+
+def add_customer_with_accesses(cli: Cli, n: int) -> dict[str, CustomerLogin]:
     assert cli("add-customer", f"cust-{n}", "--name", f"Customer {n}").returncode == 0
     creds = {}
     for bank in BANKS:
-        cred = admin(sandbox, bank, f"/__admin/customers/{n}")
+        cred = credentials(cli, bank, n)
         done = cli(
             "add-access",
             f"cust-{n}",
@@ -100,7 +110,7 @@ def test_add_refresh_list_in_every_format_and_no_password_anywhere(
     tmp_path: Path, sandbox: Sandbox
 ) -> None:
     cli = Cli(tmp_path, sandbox)
-    creds = add_customer_with_accesses(cli, sandbox, 1)
+    creds = add_customer_with_accesses(cli, 1)
 
     refresh = cli("refresh", "cust-1")
     assert refresh.returncode == 0, refresh.stdout + refresh.stderr
@@ -108,21 +118,17 @@ def test_add_refresh_list_in_every_format_and_no_password_anywhere(
     assert "account(s)" in refresh.stdout  # live progress, batch by batch
 
     accounts = json.loads(cli("accounts", "cust-1", "--format", "json").stdout)
-    truth = {
-        bank: admin(sandbox, bank, f"/__admin/truth/{creds[bank]['username']}") for bank in BANKS
-    }
+    truths = {bank: truth(cli, bank, creds[bank]["username"]) for bank in BANKS}
     assert {(a["bank"], a["bank_ref"], Decimal(a["balance"])) for a in accounts} == {
-        (bank, a["id"], Decimal(a["balance"])) for bank in BANKS for a in truth[bank]["accounts"]
+        (bank, a["id"], Decimal(a["balance"])) for bank in BANKS for a in truths[bank]["accounts"]
     }
 
-    since = (sandbox.clock.now() - timedelta(days=14)).date().isoformat()
+    since = (sandbox.clock.now() - timedelta(days=14)).date()
     rows = list(csv.DictReader(io.StringIO(cli("movements", "cust-1", "-f", "csv").stdout)))
     expected = {
         (bank, m["ref"], Decimal(m["amount"]))
         for bank in BANKS
-        for ms in admin(sandbox, bank, f"/__admin/truth/{creds[bank]['username']}?since={since}")[
-            "movements"
-        ].values()
+        for ms in truth(cli, bank, creds[bank]["username"], since)["movements"].values()
         for m in ms
     }
     assert {(r["bank"], r["key"].removeprefix("ref:"), Decimal(r["amount"])) for r in rows} == (
@@ -199,7 +205,7 @@ def test_kill_9_mid_refresh_then_watchdog_then_a_clean_refresh(
     tmp_path: Path, sandbox: Sandbox
 ) -> None:
     cli = Cli(tmp_path, sandbox)
-    creds = add_customer_with_accesses(cli, sandbox, 7)  # 32 accounts at each bank
+    creds = add_customer_with_accesses(cli, 7)  # 32 accounts at each bank
     for bank in BANKS:
         sandbox.sites[bank].guard.latency_ms = (150.0, 250.0)
     process = cli.start("refresh", "cust-7")
@@ -230,7 +236,12 @@ def test_kill_9_mid_refresh_then_watchdog_then_a_clean_refresh(
     )
     assert "in_progress" in cli("status", "cust-7").stdout
 
-    reset = cli("watchdog", "--limit", "0")
+    # The killed launch's heartbeats stopped; a live one's are never older than its interval.
+    assert cli("watchdog", "--limit", "0").returncode == 2  # a limit must be positive
+    untouched = cli("watchdog", "--limit", "1")
+    assert "reset 0 access(es) and 0 customer(s)" in untouched.stdout  # not stale yet
+    time.sleep(1.5)
+    reset = cli("watchdog", "--limit", "0.02")  # 1.2 s without a heartbeat
     assert reset.returncode == 0
     assert "reset 3 access(es) and 1 customer(s)" in reset.stdout
     assert cli("status", "cust-7").stdout.count("timeout") == 3
@@ -239,8 +250,6 @@ def test_kill_9_mid_refresh_then_watchdog_then_a_clean_refresh(
     assert again.returncode == 0, again.stdout + again.stderr
 
     # exact, without a duplicate, after the interrupted run and the complete one
-    import asyncio
-
     async def check() -> int:
         since = sandbox.clock.now().date() - timedelta(days=14)
         compared = 0
@@ -251,3 +260,47 @@ def test_kill_9_mid_refresh_then_watchdog_then_a_clean_refresh(
         return compared
 
     assert asyncio.run(check()) > 0
+
+
+def test_the_first_window_and_the_overlap_come_from_flags_and_settings(
+    tmp_path: Path, sandbox: Sandbox
+) -> None:
+    """A first import through the CLI is not capped at 14 days: --initial-days reads further
+    back, exactly; SCRAPEFLOW_INITIAL_DAYS does the same, and a bad value changes nothing."""
+    cli = Cli(tmp_path, sandbox)
+    creds = add_customer_with_accesses(cli, 4)
+    today = sandbox.clock.now().date()
+
+    before = cli("status", "cust-4").stdout
+    bad = cli("refresh", "cust-4", "--initial-days", "-1")
+    assert bad.returncode == 2
+    assert bad.stderr.strip().startswith("error: --initial-days: ")
+    assert cli("status", "cust-4").stdout == before  # nothing claimed, nothing stored
+
+    done = cli("refresh", "cust-4", "--initial-days", "60", "--overlap-days", "5", "--quiet")
+    assert done.returncode == 0, done.stdout + done.stderr
+
+    async def check(since: date) -> tuple[int, int]:
+        compared = beyond_14 = 0
+        for access_id, bank in enumerate(BANKS, start=1):
+            accounts, movements = await h.stored(cli.env["SCRAPEFLOW_DB_URL"], access_id)
+            expected = await h.truth(sandbox, bank, creds[bank]["username"], since=since)
+            compared += h.assert_exact(accounts, movements, expected, since=since)
+            beyond_14 += sum(
+                m.operation_date < today - timedelta(days=14)
+                for moves in movements.values()
+                for m in moves
+            )
+        return compared, beyond_14
+
+    compared, beyond_14 = asyncio.run(check(today - timedelta(days=60)))
+    assert compared > 0
+    assert beyond_14 > 0  # the 14-day default would have stopped short of these
+
+    (tmp_path / "env").mkdir()
+    other = Cli(tmp_path / "env", sandbox)
+    add_customer_with_accesses(other, 5)
+    env = {**other.env, "SCRAPEFLOW_INITIAL_DAYS": "0"}
+    assert other("refresh", "cust-5", "--quiet", env=env).returncode == 0
+    newest_first = json.loads(other("movements", "cust-5", "--format", "json").stdout)
+    assert all(date.fromisoformat(m["operation_date"]) >= today for m in newest_first)

@@ -5,10 +5,14 @@ from __future__ import annotations
 import os
 from collections.abc import Sequence
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from cryptography.fernet import Fernet, InvalidToken, MultiFernet
 
 from scrapeflow.errors import ConfigError, MissingSetting, VaultError
+
+if TYPE_CHECKING:
+    from scrapeflow.config import Settings
 
 __all__ = ["KEYS_ENV", "KEY_FILE_ENV", "CredentialVault", "VaultError"]
 
@@ -54,10 +58,22 @@ class CredentialVault:
         """Keys from ``SCRAPEFLOW_VAULT_KEYS`` (comma-separated, current first), else from the
         file named by ``SCRAPEFLOW_VAULT_KEY_FILE``."""
         env = os.environ if environ is None else environ
-        if env.get(KEYS_ENV, "").strip():
-            return cls([k for k in env[KEYS_ENV].split(",") if k.strip()])
-        if env.get(KEY_FILE_ENV, "").strip():
-            return cls.from_key_file(Path(env[KEY_FILE_ENV]))
+        key_file = env.get(KEY_FILE_ENV, "").strip()
+        return cls._from(env.get(KEYS_ENV, ""), Path(key_file) if key_file else None)
+
+    @classmethod
+    def from_settings(cls, settings: Settings) -> CredentialVault:
+        """Keys from :attr:`Settings.vault_keys <scrapeflow.config.Settings.vault_keys>`
+        (``SCRAPEFLOW_VAULT_KEYS``), else from the file ``vault_key_file`` names."""
+        keys = settings.vault_keys.get_secret_value() if settings.vault_keys else ""
+        return cls._from(keys, settings.vault_key_file)
+
+    @classmethod
+    def _from(cls, keys: str, key_file: Path | None) -> CredentialVault:
+        if keys.strip():
+            return cls([k for k in keys.split(",") if k.strip()])
+        if key_file is not None:
+            return cls.from_key_file(key_file)
         raise MissingSetting(KEYS_ENV, f"or {KEY_FILE_ENV}; make a key with generate_key()")
 
     @classmethod

@@ -14,7 +14,6 @@ from collections import defaultdict
 from decimal import Decimal
 from pathlib import Path
 
-import aiohttp
 from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
@@ -33,7 +32,7 @@ from scrapeflow.banking import (
     movements_of,
 )
 from scrapeflow.db import create_engine, session_factory
-from scrapeflow.sandbox import Sandbox
+from scrapeflow.sandbox import Sandbox, SandboxAdmin
 from scrapeflow.sandbox.banks import DEFAULT_BANK_LATENCY_MS
 
 __all__ = ["BALANCES_TARGET_S", "DEMO_CUSTOMERS", "MOVEMENTS_TARGET_S", "run_bank_demo"]
@@ -43,17 +42,6 @@ DEMO_CUSTOMERS = (1, 2, 3, 7)
 """2 needs a one-time code at the legacy bank; 7 has 32 accounts at each bank."""
 BALANCES_TARGET_S = 10.0
 MOVEMENTS_TARGET_S = 30.0
-
-
-async def _admin(sandbox: Sandbox, bank: str, path: str) -> dict[str, str]:
-    headers = {"Authorization": f"Bearer {sandbox.admin_token}"}
-    async with (
-        aiohttp.ClientSession() as http,
-        http.get(sandbox.urls[bank] + path, headers=headers) as response,
-    ):
-        response.raise_for_status()
-        data: dict[str, str] = await response.json()
-        return data
 
 
 async def _refresh_demo_customers(
@@ -69,7 +57,8 @@ async def _refresh_demo_customers(
         for n in DEMO_CUSTOMERS:
             names[await add_customer(sessions, f"demo-{n}", f"Demo customer {n}")] = f"demo-{n}"
             for bank in BANKS:
-                cred = await _admin(sandbox, bank, f"/__admin/customers/{n}")
+                async with SandboxAdmin.from_sandbox(sandbox) as admin:
+                    cred = await admin.customer(bank, n)
                 await add_access(
                     sessions, vault, f"demo-{n}", bank, cred["username"], cred["password"]
                 )
@@ -108,7 +97,8 @@ async def _refresh_demo_customers(
                 if access.code is ResultCode.TWO_FACTOR_REQUIRED:
                     n = int(report.external_id.removeprefix("demo-"))
                     username = logins[(n, access.bank)]
-                    code = (await _admin(sandbox, access.bank, f"/__admin/otp/{username}"))["code"]
+                    async with SandboxAdmin.from_sandbox(sandbox) as admin:
+                        code = await admin.otp(access.bank, username)
                     out.print(
                         f"  {report.external_id} at {access.bank}: the bank sent a code by "
                         "SMS; the customer types it in, the scrape resumes"

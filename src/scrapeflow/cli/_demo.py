@@ -3,7 +3,7 @@
 It starts the whole sandbox on loopback (plain site, feed, three banks), reads the plain site's
 sitemap and scrapes its pages and the first pages of some feed profiles with a progress bar,
 prints the summary, then runs again to show the hot restart (everything skipped). Then it
-refreshes demo customers at the three sandbox banks at once (``scrapeflow._bankdemo``): live
+refreshes demo customers at the three sandbox banks at once (``scrapeflow.cli._bankdemo``): live
 progress, their accounts and movements, and the timings beside the seed's 10 s / 30 s targets.
 """
 
@@ -21,8 +21,8 @@ from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
-from scrapeflow._bankdemo import run_bank_demo
-from scrapeflow._console import scrape_with_display, summary_table
+from scrapeflow.cli._bankdemo import run_bank_demo
+from scrapeflow.cli._display import scrape_with_display, summary_table
 from scrapeflow.sandbox import Sandbox, SandboxConfig
 from scrapeflow.status import summarize
 from scrapeflow.urllist import url_key

@@ -2,14 +2,11 @@
 
 from __future__ import annotations
 
-import asyncio
-import signal
 import time
 from collections import Counter
-from collections.abc import Coroutine, Iterable
+from collections.abc import Iterable
 from pathlib import Path
 from types import TracebackType
-from typing import Any, TypeVar
 
 from rich.console import Console
 from rich.progress import (
@@ -26,15 +23,14 @@ from rich.progress import (
 from rich.table import Table
 from rich.text import Text
 
+from scrapeflow.cli._common import run_async
 from scrapeflow.executor import RunProgress, execute_async
 from scrapeflow.http import HttpClient, HttpConfig, Stats
 from scrapeflow.proxies import ProxyProvider
 from scrapeflow.scrape import scrape
 from scrapeflow.status import ERROR_PREFIX, Params
 
-T = TypeVar("T")
-
-__all__ = ["RunDisplay", "http_table", "run_async", "scrape_with_display", "summary_table"]
+__all__ = ["RunDisplay", "http_table", "scrape_with_display", "summary_table"]
 
 _REFRESH_SECONDS = 0.1
 
@@ -140,24 +136,6 @@ def summary_table(summary: dict[str, Counter[str]], *, title: str) -> Table:
             shown = text if len(text) <= 100 else text[:97] + "..."
             table.add_row(Text(name), Text(shown), f"{count:,}")
     return table
-
-
-def run_async(coro: Coroutine[Any, Any, T]) -> T:
-    """``asyncio.run`` where SIGTERM, like Ctrl-C, cancels the work and raises KeyboardInterrupt.
-
-    Cancellation unwinds the engine, which has saved every finished task by then.
-    """
-
-    async def guarded() -> T:
-        task = asyncio.current_task()
-        if task is not None:
-            asyncio.get_running_loop().add_signal_handler(signal.SIGTERM, task.cancel)
-        return await coro
-
-    try:
-        return asyncio.run(guarded())
-    except asyncio.CancelledError:
-        raise KeyboardInterrupt from None
 
 
 def scrape_with_display(

@@ -35,6 +35,7 @@ from __future__ import annotations
 import os
 import random
 import tomllib
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -81,10 +82,23 @@ class FetchSettings:
     storage_options: dict[str, Any] = field(default_factory=dict, repr=False)
 
     @classmethod
-    def resolve(cls, flags: dict[str, Any], environ: dict[str, str] | None = None) -> FetchSettings:
-        """Merge flags (None means "not given"), the environment and the TOML file."""
+    def resolve(
+        cls,
+        flags: dict[str, Any],
+        environ: dict[str, str] | None = None,
+        *,
+        file_values: Mapping[str, Any] | None = None,
+    ) -> FetchSettings:
+        """Merge flags (None means "not given"), the environment and the TOML file.
+
+        ``file_values`` is the ``[fetch]`` table of scrapeflow's own config file
+        (:attr:`scrapeflow.config.Settings.fetch`); a fetch config file (``config`` flag or
+        ``AWS_CONFIG_FILE``) wins over it.
+        """
         env = dict(os.environ if environ is None else environ)
         values: dict[str, Any] = {}
+        if file_values:
+            values.update(_check_table(dict(file_values), "the config file's [fetch] table"))
         config_file = flags.get("config") or _our_config_file(env.get("AWS_CONFIG_FILE", ""))
         if config_file:
             values.update(_read_toml(Path(config_file)))
@@ -144,12 +158,16 @@ def _read_toml(path: Path) -> dict[str, Any]:
     table = data.get("fetch", data)
     if not isinstance(table, dict):
         raise ConfigError(f"{path}: [fetch] must be a table")
+    return _check_table(table, str(path))
+
+
+def _check_table(table: dict[str, Any], where: str) -> dict[str, Any]:
+    if "access_key" in table or "secret_key" in table:
+        raise ConfigError(f"{where}: credentials belong in the environment, not in a file")
     unknown = set(table) - _FILE_KEYS
     if unknown:
-        raise ConfigError(f"{path}: unknown key(s) {', '.join(sorted(unknown))}")
-    if "access_key" in table or "secret_key" in table:
-        raise ConfigError(f"{path}: credentials belong in the environment, not in a file")
-    return {k: _typed(k, str(v), f"{path}: {k}") if k in _INTS else v for k, v in table.items()}
+        raise ConfigError(f"{where}: unknown key(s) {', '.join(sorted(unknown))}")
+    return {k: _typed(k, str(v), f"{where}: {k}") if k in _INTS else v for k, v in table.items()}
 
 
 def _s3_options(settings: FetchSettings, env: dict[str, str]) -> dict[str, Any]:
