@@ -10,10 +10,10 @@ from scrapeflow.errors import ConfigError
 TABLES = {"customers", "financial_entities", "accesses", "contracts", "accounts", "movements"}
 
 
-async def test_migrate_creates_the_schema_and_is_idempotent(db_url: str) -> None:
-    await migrate(db_url)
-    await migrate(db_url)  # a second upgrade is a no-op
-    engine = create_engine(db_url)
+async def test_migrate_creates_the_schema_and_is_idempotent(empty_db_url: str) -> None:
+    await migrate(empty_db_url)
+    await migrate(empty_db_url)  # a second upgrade is a no-op
+    engine = create_engine(empty_db_url)
     try:
         async with engine.connect() as conn:
             tables = set(await conn.run_sync(lambda c: inspect(c).get_table_names()))
@@ -28,12 +28,12 @@ async def test_migrate_creates_the_schema_and_is_idempotent(db_url: str) -> None
     assert {tuple(u["column_names"]) for u in movement_uniques} == {("account_id", "movement_key")}
 
 
-async def test_migration_matches_the_models(db_url: str) -> None:
+async def test_migration_matches_the_models(empty_db_url: str) -> None:
     from alembic.autogenerate import compare_metadata
     from alembic.migration import MigrationContext
 
-    await migrate(db_url)
-    engine = create_engine(db_url)
+    await migrate(empty_db_url)
+    engine = create_engine(empty_db_url)
     try:
         async with engine.connect() as conn:
             diff = await conn.run_sync(
