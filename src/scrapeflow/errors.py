@@ -39,6 +39,10 @@ The tree::
     │   ├── ObjectNotFound (KeyError)       nothing stored under that name (content, fetch log)
     │   └── StorageCorrupt                  a stored object is not what it should be (bad log line)
     ├── SandboxAdminError                   the sandbox's admin API refused a call or did not answer
+    ├── JobError                            the job machinery (``scrapeflow.jobs``)
+    │   ├── UnknownJobKind (InputError)     no job kind is registered under that name
+    │   ├── JobNotFound (KeyError)          no job has that id
+    │   └── JobCancelled                    a job was cancelled (what it stored stays)
     └── MissingExtra (ImportError)          an optional dependency is not installed
 
 ``ScrapeError`` also derives from :class:`RuntimeError` because the seed's contract is that an
@@ -60,6 +64,9 @@ __all__ = [
     "HTTPStatusError",
     "InputError",
     "InvalidAccount",
+    "JobCancelled",
+    "JobError",
+    "JobNotFound",
     "JsError",
     "MissingExtra",
     "MissingSetting",
@@ -83,6 +90,7 @@ __all__ = [
     "TaskConflict",
     "TaskNotFound",
     "UndecodableBody",
+    "UnknownJobKind",
     "UnknownScraper",
     "ValidationFailed",
     "VaultError",
@@ -302,6 +310,25 @@ class SandboxAdminError(ScrapeflowError):
         self.path = path
         self.status = status
         self.detail = detail
+
+
+class JobError(ScrapeflowError):
+    """The job machinery (``scrapeflow.jobs``) cannot do what was asked."""
+
+
+class UnknownJobKind(JobError, InputError):
+    """No job kind is registered under that name (kinds are chosen by name, never by path)."""
+
+
+class JobNotFound(JobError, KeyError):
+    """No job has that id."""
+
+    def __str__(self) -> str:  # KeyError would quote the whole message
+        return str(self.args[0]) if self.args else ""
+
+
+class JobCancelled(JobError):
+    """A job was cancelled while it ran; what it had stored stays."""
 
 
 class MissingExtra(ScrapeflowError, ImportError):

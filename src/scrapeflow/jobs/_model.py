@@ -1,0 +1,97 @@
+"""A job: one unit of work the service runs — a bank refresh, a fetch, an engine run."""
+
+from __future__ import annotations
+
+import enum
+import secrets
+import time
+from collections.abc import Awaitable, Callable, Mapping
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from scrapeflow.jobs._runner import JobContext
+
+__all__ = ["ACTIVE_STATES", "Job", "JobHandler", "JobKinds", "JobState", "new_job_id"]
+
+
+class JobState(enum.StrEnum):
+    """Where a job stands. ``queued`` and ``running`` are active; the rest are final."""
+
+    QUEUED = "queued"
+    RUNNING = "running"
+    SUCCEEDED = "succeeded"
+    FAILED = "failed"
+    CANCELLED = "cancelled"
+
+    @property
+    def final(self) -> bool:
+        return self not in ACTIVE_STATES
+
+
+ACTIVE_STATES = frozenset({JobState.QUEUED, JobState.RUNNING})
+
+
+def new_job_id() -> str:
+    """A unique id that sorts by creation time: 12 hex digits of milliseconds, 16 random."""
+    return f"{int(time.time() * 1000):012x}{secrets.token_hex(8)}"
+
+
+@dataclass(slots=True)
+class Job:
+    """A job as stored: what to do (``kind``, ``params``), where it stands, and what it did.
+
+    ``dedupe_key``: at most one active (queued or running) job holds a given key; submitting
+    another returns that one (a second refresh of a customer gets the refresh under way).
+    """
+
+    id: str
+    kind: str
+    params: dict[str, Any]
+    state: JobState
+    created_at: datetime
+    dedupe_key: str | None = None
+    progress: dict[str, int] = field(default_factory=dict)
+    result: dict[str, Any] | None = None
+    error: str | None = None
+    attempts: int = 0
+    cancel_requested: bool = False
+    started_at: datetime | None = None
+    finished_at: datetime | None = None
+    heartbeat_at: datetime | None = None
+    owner: str | None = None
+    """The queue process running it (while running)."""
+
+    def as_dict(self) -> dict[str, Any]:
+        """The job as JSON-ready values (times in ISO 8601, UTC)."""
+        return {
+            "id": self.id,
+            "kind": self.kind,
+            "params": self.params,
+            "state": self.state.value,
+            "dedupe_key": self.dedupe_key,
+            "progress": dict(self.progress),
+            "result": self.result,
+            "error": self.error,
+            "attempts": self.attempts,
+            "cancel_requested": self.cancel_requested,
+            "created_at": _iso(self.created_at),
+            "started_at": _iso(self.started_at),
+            "finished_at": _iso(self.finished_at),
+            "heartbeat_at": _iso(self.heartbeat_at),
+        }
+
+
+def _iso(value: datetime | None) -> str | None:
+    return None if value is None else value.isoformat()
+
+
+JobHandler = Callable[["JobContext"], Awaitable[Mapping[str, Any] | None]]
+"""Runs one job: reads ``context.job.params``, reports ``context.progress(...)``, returns the
+result summary (JSON-ready) or None. Raising fails the job (its message is recorded); being
+cancelled ends it ``cancelled``. A job may run again after a crash: its effects must be
+idempotent."""
+
+JobKinds = Mapping[str, JobHandler]
+"""The job kinds a queue runs, by name. Kinds are chosen by name only, never by import path."""

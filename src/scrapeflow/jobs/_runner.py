@@ -1,0 +1,323 @@
+"""The embedded job queue: jobs run as asyncio tasks in this process, kept in a :class:`JobStore`.
+
+:class:`EmbeddedJobQueue` claims queued jobs up to ``concurrency``, runs each with the handler of
+its kind, stamps a heartbeat on the jobs it holds, and ends each ``succeeded``, ``failed`` or
+``cancelled``. Jobs whose heartbeat stopped — their process was killed — are put back in the
+queue and run again (a job's effects are idempotent), up to ``max_attempts``. A job queued when
+the process stops is simply still queued when it starts again. Stopping (:meth:`stop`) takes
+no new job, lets running ones finish within a grace period, then puts them back in the queue.
+
+Cancelling a queued job ends it at once; a running one is stopped within ``poll`` seconds by
+the process that runs it (at once when that is this process), and what it had stored stays.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import os
+import secrets
+import socket
+from collections.abc import Callable, Mapping, Sequence
+from datetime import UTC, datetime, timedelta
+from types import TracebackType
+from typing import Any, Protocol
+
+from scrapeflow._util.logs import get_logger
+from scrapeflow._util.redact import redact
+from scrapeflow.errors import JobNotFound, UnknownJobKind
+from scrapeflow.jobs._model import Job, JobKinds, JobState, new_job_id
+from scrapeflow.jobs._store import JobStore
+
+__all__ = ["EmbeddedJobQueue", "JobContext", "JobQueue"]
+
+_log = get_logger(__name__)
+_MAX_ERROR = 1_000
+
+
+class JobQueue(Protocol):
+    """Submit jobs, look at them, cancel them. Nothing above ``scrapeflow.jobs`` knows which
+    backend runs them."""
+
+    async def submit(
+        self, kind: str, params: Mapping[str, Any] | None = None, *, dedupe_key: str | None = None
+    ) -> Job: ...
+
+    async def get(self, job_id: str) -> Job: ...
+
+    async def find(
+        self,
+        *,
+        kind: str | None = None,
+        states: Sequence[JobState] = (),
+        limit: int = 100,
+        before: str | None = None,
+    ) -> list[Job]: ...
+
+    async def cancel(self, job_id: str) -> Job: ...
+
+    async def wait(self, job_id: str) -> Job: ...
+
+
+class JobContext:
+    """What a running job's handler gets: the job, and a place to report its progress."""
+
+    def __init__(self, job: Job) -> None:
+        self.job = job
+        self.counts: dict[str, int] = dict(job.progress)
+
+    @property
+    def params(self) -> dict[str, Any]:
+        return self.job.params
+
+    def progress(self, **counts: int) -> None:
+        """Set progress counters (``done=10, total=300``); stored with the next heartbeat."""
+        self.counts.update(counts)
+
+
+class EmbeddedJobQueue:
+    """A :class:`JobQueue` that runs jobs in this process. Use as an async context manager.
+
+    >>> async with EmbeddedJobQueue(SqlJobStore(url), {"echo": echo}) as queue:  # doctest: +SKIP
+    ...     job = await queue.submit("echo", {"text": "hi"})
+    ...     done = await queue.wait(job.id)
+    """
+
+    def __init__(
+        self,
+        store: JobStore,
+        kinds: JobKinds,
+        *,
+        concurrency: int = 4,
+        heartbeat: float = 5.0,
+        stalled_after: float | None = None,
+        poll: float = 0.5,
+        max_attempts: int = 5,
+        run_jobs: bool = True,
+        clock: Callable[[], datetime] | None = None,
+    ) -> None:
+        if concurrency < 1 or heartbeat <= 0 or poll <= 0 or max_attempts < 1:
+            raise ValueError("concurrency, heartbeat, poll and max_attempts must be positive")
+        self.store = store
+        self.kinds = dict(kinds)
+        self.concurrency = concurrency
+        self.heartbeat = heartbeat
+        self.stalled_after = stalled_after if stalled_after is not None else 3 * heartbeat
+        if self.stalled_after <= heartbeat:
+            raise ValueError("stalled_after must be longer than the heartbeat interval")
+        self.poll = poll
+        self.max_attempts = max_attempts
+        self.run_jobs = run_jobs
+        self.owner = f"{socket.gethostname()[:30]}:{os.getpid()}:{secrets.token_hex(4)}"
+        self._clock = clock or (lambda: datetime.now(UTC))
+        self._running: dict[str, tuple[asyncio.Task[None], JobContext]] = {}
+        self._cancelling: set[str] = set()
+        self._finished: dict[str, asyncio.Event] = {}
+        self._wake = asyncio.Event()
+        self._loop: asyncio.Task[None] | None = None
+        self._stopping = False
+
+    # -- lifecycle -------------------------------------------------------------------------
+
+    async def __aenter__(self) -> EmbeddedJobQueue:
+        await self.store.open()
+        if self.run_jobs:
+            self._loop = asyncio.create_task(self._serve(), name="job-queue")
+        return self
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        await self.stop()
+        await self.store.close()
+
+    async def stop(self, grace: float = 10.0) -> None:
+        """Take no new job; let running ones finish within ``grace`` seconds, then put them
+        back in the queue (they run again after a restart)."""
+        self._stopping = True
+        if self._loop is not None:
+            self._loop.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._loop
+            self._loop = None
+        tasks = [task for task, _ in self._running.values()]
+        if tasks:
+            await asyncio.wait(tasks, timeout=grace)
+        for task, _ in list(self._running.values()):
+            task.cancel()  # not in _cancelling: released, not cancelled
+        if tasks:
+            await asyncio.gather(*tasks, return_exceptions=True)
+
+    # -- the JobQueue interface ------------------------------------------------------------
+
+    async def submit(
+        self, kind: str, params: Mapping[str, Any] | None = None, *, dedupe_key: str | None = None
+    ) -> Job:
+        """Queue a job of a registered ``kind``; with ``dedupe_key``, the active job holding
+        that key is returned instead of a new one."""
+        if kind not in self.kinds:
+            known = ", ".join(sorted(self.kinds)) or "none"
+            raise UnknownJobKind(f"no job kind {kind!r} (known: {known})")
+        job = Job(
+            id=new_job_id(),
+            kind=kind,
+            params=dict(params or {}),
+            state=JobState.QUEUED,
+            created_at=self._clock(),
+            dedupe_key=dedupe_key,
+        )
+        stored = await self.store.add(job)
+        self._wake.set()
+        return stored
+
+    async def get(self, job_id: str) -> Job:
+        job = await self.store.get(job_id)
+        if job is None:
+            raise JobNotFound(f"no job {job_id!r}")
+        local = self._running.get(job_id)
+        if local is not None:
+            job.progress = dict(local[1].counts)  # fresher than the last heartbeat
+        return job
+
+    async def find(
+        self,
+        *,
+        kind: str | None = None,
+        states: Sequence[JobState] = (),
+        limit: int = 100,
+        before: str | None = None,
+    ) -> list[Job]:
+        return await self.store.find(kind=kind, states=states, limit=limit, before=before)
+
+    async def cancel(self, job_id: str) -> Job:
+        """Cancel a job: a queued one ends at once, a running one within ``poll`` seconds."""
+        job = await self.store.cancel(job_id, self._clock())
+        if job is None:
+            raise JobNotFound(f"no job {job_id!r}")
+        local = self._running.get(job_id)
+        if local is not None:
+            self._cancelling.add(job_id)
+            local[0].cancel()
+            await asyncio.gather(local[0], return_exceptions=True)
+            return await self.get(job_id)
+        return job
+
+    async def wait(self, job_id: str) -> Job:
+        """The job once it has ended (bound it with ``asyncio.timeout``)."""
+        while True:
+            job = await self.get(job_id)
+            if job.state.final:
+                return job
+            event = self._finished.setdefault(job_id, asyncio.Event())
+            with contextlib.suppress(TimeoutError):
+                async with asyncio.timeout(self.poll):
+                    await event.wait()
+
+    # -- running jobs ----------------------------------------------------------------------
+
+    async def _serve(self) -> None:
+        next_beat = 0.0
+        loop = asyncio.get_running_loop()
+        while True:
+            try:
+                now = loop.time()
+                if now >= next_beat:
+                    next_beat = now + self.heartbeat
+                    await self._beat()
+                elif self._running:
+                    await self._check_cancellations()
+                free = self.concurrency - len(self._running)
+                if free > 0 and not self._stopping:
+                    for job in await self.store.claim(self.owner, self._clock(), free):
+                        self._start(job)
+            except asyncio.CancelledError:
+                raise
+            except Exception as exc:  # a database hiccup: try again at the next tick
+                _log.warning("job queue tick failed", error=redact(repr(exc)))
+            self._wake.clear()
+            with contextlib.suppress(TimeoutError):
+                async with asyncio.timeout(self.poll):
+                    await self._wake.wait()
+
+    async def _beat(self) -> None:
+        """Stamp what this process runs, note cancellations, requeue what others left stalled."""
+        progress = {job_id: dict(ctx.counts) for job_id, (_, ctx) in self._running.items()}
+        asked = await self.store.heartbeat(self.owner, progress, self._clock())
+        self._cancel_local(asked)
+        cutoff = self._clock() - timedelta(seconds=self.stalled_after)
+        requeued = await self.store.requeue_stalled(cutoff, self.max_attempts)
+        if requeued:
+            _log.warning("jobs whose process stopped are run again", jobs=requeued)
+
+    async def _check_cancellations(self) -> None:
+        progress = {job_id: dict(ctx.counts) for job_id, (_, ctx) in self._running.items()}
+        self._cancel_local(await self.store.heartbeat(self.owner, progress, self._clock()))
+
+    def _cancel_local(self, asked: set[str]) -> None:
+        for job_id in asked:
+            local = self._running.get(job_id)
+            if local is not None and job_id not in self._cancelling:
+                self._cancelling.add(job_id)
+                local[0].cancel()
+
+    def _start(self, job: Job) -> None:
+        context = JobContext(job)
+        task = asyncio.create_task(self._run(context), name=f"job-{job.id}")
+        self._running[job.id] = (task, context)
+
+    async def _run(self, context: JobContext) -> None:
+        job = context.job
+        state, result, error = JobState.FAILED, None, None
+        release = False
+        try:
+            handler = self.kinds.get(job.kind)
+            if handler is None:
+                raise UnknownJobKind(f"no job kind {job.kind!r} in this process")
+            outcome = await handler(context)
+            state, result = JobState.SUCCEEDED, dict(outcome) if outcome else None
+        except asyncio.CancelledError:
+            if job.id in self._cancelling:
+                state, error = JobState.CANCELLED, "cancelled"
+            else:
+                release = True  # a shutdown: the job runs again after the restart
+        except Exception as exc:
+            error = redact(f"{type(exc).__name__}: {exc}")[:_MAX_ERROR]
+            _log.info("job failed", job=job.id, kind=job.kind, error=error)
+        finally:
+            try:
+                await asyncio.shield(self._settle(context, state, result, error, release))
+            finally:
+                self._running.pop(job.id, None)
+                self._cancelling.discard(job.id)
+                event = self._finished.pop(job.id, None)
+                if event is not None:
+                    event.set()
+                self._wake.set()
+
+    async def _settle(
+        self,
+        context: JobContext,
+        state: JobState,
+        result: dict[str, Any] | None,
+        error: str | None,
+        release: bool,
+    ) -> None:
+        job = context.job
+        try:
+            if release:
+                await self.store.release(job.id, self.owner)
+            else:
+                await self.store.finish(
+                    job.id,
+                    self.owner,
+                    state,
+                    self._clock(),
+                    result=result,
+                    error=error,
+                    progress=dict(context.counts),
+                )
+        except Exception as exc:  # its heartbeat stops: it is found stalled and run again
+            _log.error("could not store a job's end", job=job.id, error=redact(repr(exc)))

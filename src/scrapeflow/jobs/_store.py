@@ -1,0 +1,384 @@
+"""Where jobs are kept: the :class:`JobStore` protocol, in SQL (:class:`SqlJobStore`) or memory.
+
+Every state change is one conditional write, so two queue processes on one database never run
+the same job twice: a claim is ``UPDATE … WHERE state = 'queued'``, a finish or a heartbeat
+``… WHERE owner = me AND state = 'running'``, and only the row count says who won.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Sequence
+from datetime import datetime
+from typing import Any, Protocol
+
+from sqlalchemy import (
+    JSON,
+    Boolean,
+    Column,
+    Index,
+    Integer,
+    MetaData,
+    String,
+    Table,
+    Text,
+    and_,
+    insert,
+    select,
+    update,
+)
+from sqlalchemy.exc import IntegrityError
+from sqlalchemy.ext.asyncio import AsyncEngine
+
+from scrapeflow.db import UTCDateTime, create_engine
+from scrapeflow.jobs._model import ACTIVE_STATES, Job, JobState
+
+__all__ = ["JobStore", "SqlJobStore", "jobs_table"]
+
+metadata = MetaData()
+jobs_table = Table(
+    "scrapeflow_jobs",
+    metadata,
+    Column("id", String(32), primary_key=True),
+    Column("kind", String(64), nullable=False),
+    Column("params", JSON, nullable=False),
+    Column("state", String(16), nullable=False),
+    Column("dedupe_key", String(200)),
+    Column("active_key", String(200)),
+    Column("progress", JSON, nullable=False),
+    Column("result", JSON),
+    Column("error", Text),
+    Column("attempts", Integer, nullable=False, default=0),
+    Column("cancel_requested", Boolean, nullable=False, default=False),
+    Column("created_at", UTCDateTime, nullable=False),
+    Column("started_at", UTCDateTime),
+    Column("finished_at", UTCDateTime),
+    Column("heartbeat_at", UTCDateTime),
+    Column("owner", String(64)),
+    # One active job per dedupe key: the key is copied to active_key while the job is queued
+    # or running, and cleared when it ends. A plain unique index (NULLs never collide) works the
+    # same on every dialect, where a partial index would not.
+    Index("ix_scrapeflow_jobs_active_key", "active_key", unique=True),
+    Index("ix_scrapeflow_jobs_state_created", "state", "created_at"),
+)
+
+
+class JobStore(Protocol):
+    """Keeps jobs. Every method is one atomic step; a queue process is its only writer of the
+    jobs it owns."""
+
+    async def open(self) -> None:
+        """Create what is missing (the table); idempotent."""
+
+    async def close(self) -> None: ...
+
+    async def add(self, job: Job) -> Job:
+        """Store a new job; if an active job holds its ``dedupe_key``, return that one."""
+
+    async def get(self, job_id: str) -> Job | None: ...
+
+    async def find(
+        self,
+        *,
+        kind: str | None = None,
+        states: Sequence[JobState] = (),
+        limit: int = 100,
+        before: str | None = None,
+    ) -> list[Job]:
+        """Newest first; ``before`` a job id (the page after it)."""
+
+    async def claim(self, owner: str, now: datetime, limit: int) -> list[Job]:
+        """Move up to ``limit`` queued jobs, oldest first, to running under ``owner``."""
+
+    async def heartbeat(
+        self, owner: str, progress: dict[str, dict[str, int]], now: datetime
+    ) -> set[str]:
+        """Stamp the jobs ``owner`` runs (and store their progress); the ids of those whose
+        cancellation was asked."""
+
+    async def finish(
+        self,
+        job_id: str,
+        owner: str,
+        state: JobState,
+        now: datetime,
+        *,
+        result: dict[str, Any] | None = None,
+        error: str | None = None,
+        progress: dict[str, int] | None = None,
+    ) -> bool:
+        """End a job ``owner`` runs; False when it no longer holds it."""
+
+    async def release(self, job_id: str, owner: str) -> None:
+        """Put a running job back in the queue (a shutdown that leaves it resumable)."""
+
+    async def cancel(self, job_id: str, now: datetime) -> Job | None:
+        """Cancel a queued job at once; ask a running one to stop. The job after, or None."""
+
+    async def requeue_stalled(self, older_than: datetime, max_attempts: int) -> list[str]:
+        """Running jobs whose heartbeat stopped before ``older_than`` (their process died) go
+        back to the queue, or fail once they have had ``max_attempts``; their ids."""
+
+
+class SqlJobStore:
+    """Jobs in the ``scrapeflow_jobs`` table of a SQL database (SQLite or PostgreSQL)."""
+
+    def __init__(self, db_url: str, *, engine: AsyncEngine | None = None) -> None:
+        self.db_url = db_url
+        self._engine = engine
+        self._owns_engine = engine is None
+
+    @property
+    def engine(self) -> AsyncEngine:
+        if self._engine is None:
+            raise RuntimeError("open the job store first")
+        return self._engine
+
+    async def open(self) -> None:
+        if self._engine is None:
+            self._engine = create_engine(self.db_url)
+        async with self.engine.begin() as connection:
+            await connection.run_sync(metadata.create_all, checkfirst=True)
+
+    async def close(self) -> None:
+        if self._owns_engine and self._engine is not None:
+            await self._engine.dispose()
+            self._engine = None
+
+    async def add(self, job: Job) -> Job:
+        for _ in range(3):
+            try:
+                async with self.engine.begin() as connection:
+                    await connection.execute(insert(jobs_table).values(**_row(job)))
+            except IntegrityError:
+                existing = await self._active(job.dedupe_key)
+                if existing is not None:
+                    return existing
+                if job.dedupe_key is None:
+                    raise
+                continue  # the holder ended between the insert and the look-up: try again
+            return job
+        raise RuntimeError(f"could not store job {job.id}: its dedupe key keeps changing hands")
+
+    async def _active(self, key: str | None) -> Job | None:
+        if key is None:
+            return None
+        async with self.engine.connect() as connection:
+            found = (
+                await connection.execute(select(jobs_table).where(jobs_table.c.active_key == key))
+            ).first()
+        return None if found is None else _job(found._mapping)
+
+    async def get(self, job_id: str) -> Job | None:
+        async with self.engine.connect() as connection:
+            found = (
+                await connection.execute(select(jobs_table).where(jobs_table.c.id == job_id))
+            ).first()
+        return None if found is None else _job(found._mapping)
+
+    async def find(
+        self,
+        *,
+        kind: str | None = None,
+        states: Sequence[JobState] = (),
+        limit: int = 100,
+        before: str | None = None,
+    ) -> list[Job]:
+        query = select(jobs_table).order_by(jobs_table.c.id.desc()).limit(limit)
+        if kind is not None:
+            query = query.where(jobs_table.c.kind == kind)
+        if states:
+            query = query.where(jobs_table.c.state.in_([s.value for s in states]))
+        if before is not None:
+            query = query.where(jobs_table.c.id < before)
+        async with self.engine.connect() as connection:
+            rows = (await connection.execute(query)).all()
+        return [_job(r._mapping) for r in rows]
+
+    async def claim(self, owner: str, now: datetime, limit: int) -> list[Job]:
+        if limit < 1:
+            return []
+        claimed: list[Job] = []
+        async with self.engine.begin() as connection:
+            candidates = (
+                await connection.execute(
+                    select(jobs_table.c.id)
+                    .where(jobs_table.c.state == JobState.QUEUED.value)
+                    .order_by(jobs_table.c.created_at, jobs_table.c.id)
+                    .limit(limit)
+                )
+            ).scalars()
+            for job_id in list(candidates):
+                won = await connection.execute(
+                    update(jobs_table)
+                    .where(jobs_table.c.id == job_id, jobs_table.c.state == JobState.QUEUED.value)
+                    .values(
+                        state=JobState.RUNNING.value,
+                        owner=owner,
+                        started_at=now,
+                        heartbeat_at=now,
+                        attempts=jobs_table.c.attempts + 1,
+                    )
+                )
+                if won.rowcount == 1:
+                    row = (
+                        await connection.execute(
+                            select(jobs_table).where(jobs_table.c.id == job_id)
+                        )
+                    ).one()
+                    claimed.append(_job(row._mapping))
+        return claimed
+
+    async def heartbeat(
+        self, owner: str, progress: dict[str, dict[str, int]], now: datetime
+    ) -> set[str]:
+        if not progress:
+            return set()
+        held = and_(jobs_table.c.owner == owner, jobs_table.c.state == JobState.RUNNING.value)
+        async with self.engine.begin() as connection:
+            for job_id, counts in progress.items():
+                await connection.execute(
+                    update(jobs_table)
+                    .where(jobs_table.c.id == job_id, held)
+                    .values(heartbeat_at=now, progress=counts)
+                )
+            asked = (
+                await connection.execute(
+                    select(jobs_table.c.id).where(
+                        jobs_table.c.id.in_(list(progress)),
+                        held,
+                        jobs_table.c.cancel_requested.is_(True),
+                    )
+                )
+            ).scalars()
+            return set(asked)
+
+    async def finish(
+        self,
+        job_id: str,
+        owner: str,
+        state: JobState,
+        now: datetime,
+        *,
+        result: dict[str, Any] | None = None,
+        error: str | None = None,
+        progress: dict[str, int] | None = None,
+    ) -> bool:
+        values: dict[str, Any] = {
+            "state": state.value,
+            "finished_at": now,
+            "result": result,
+            "error": error,
+            "active_key": None,
+            "owner": None,
+        }
+        if progress is not None:
+            values["progress"] = progress
+        async with self.engine.begin() as connection:
+            done = await connection.execute(
+                update(jobs_table)
+                .where(
+                    jobs_table.c.id == job_id,
+                    jobs_table.c.owner == owner,
+                    jobs_table.c.state == JobState.RUNNING.value,
+                )
+                .values(**values)
+            )
+        return bool(done.rowcount == 1)
+
+    async def release(self, job_id: str, owner: str) -> None:
+        async with self.engine.begin() as connection:
+            await connection.execute(
+                update(jobs_table)
+                .where(
+                    jobs_table.c.id == job_id,
+                    jobs_table.c.owner == owner,
+                    jobs_table.c.state == JobState.RUNNING.value,
+                )
+                .values(state=JobState.QUEUED.value, owner=None, heartbeat_at=None)
+            )
+
+    async def cancel(self, job_id: str, now: datetime) -> Job | None:
+        async with self.engine.begin() as connection:
+            await connection.execute(
+                update(jobs_table)
+                .where(jobs_table.c.id == job_id, jobs_table.c.state == JobState.QUEUED.value)
+                .values(state=JobState.CANCELLED.value, finished_at=now, active_key=None)
+            )
+            await connection.execute(
+                update(jobs_table)
+                .where(jobs_table.c.id == job_id, jobs_table.c.state == JobState.RUNNING.value)
+                .values(cancel_requested=True)
+            )
+        return await self.get(job_id)
+
+    async def requeue_stalled(self, older_than: datetime, max_attempts: int) -> list[str]:
+        stalled = and_(
+            jobs_table.c.state == JobState.RUNNING.value,
+            jobs_table.c.heartbeat_at < older_than,
+        )
+        async with self.engine.begin() as connection:
+            ids = list((await connection.execute(select(jobs_table.c.id).where(stalled))).scalars())
+            if not ids:
+                return []
+            await connection.execute(
+                update(jobs_table)
+                .where(stalled, jobs_table.c.id.in_(ids), jobs_table.c.attempts >= max_attempts)
+                .values(
+                    state=JobState.FAILED.value,
+                    finished_at=older_than,
+                    active_key=None,
+                    owner=None,
+                    error=f"gave up after {max_attempts} attempts: its process stopped each time",
+                )
+            )
+            await connection.execute(
+                update(jobs_table)
+                .where(stalled, jobs_table.c.id.in_(ids))
+                .values(state=JobState.QUEUED.value, owner=None, heartbeat_at=None)
+            )
+        return ids
+
+
+def _row(job: Job) -> dict[str, Any]:
+    return {
+        "id": job.id,
+        "kind": job.kind,
+        "params": job.params,
+        "state": job.state.value,
+        "dedupe_key": job.dedupe_key,
+        "active_key": job.dedupe_key if job.state in ACTIVE_STATES else None,
+        "progress": job.progress,
+        "result": job.result,
+        "error": job.error,
+        "attempts": job.attempts,
+        "cancel_requested": job.cancel_requested,
+        "created_at": job.created_at,
+        "started_at": job.started_at,
+        "finished_at": job.finished_at,
+        "heartbeat_at": job.heartbeat_at,
+        "owner": job.owner,
+    }
+
+
+def _job(row: Any) -> Job:
+    def loaded(value: Any) -> Any:
+        return json.loads(value) if isinstance(value, str) else value
+
+    return Job(
+        id=row["id"],
+        kind=row["kind"],
+        params=loaded(row["params"]) or {},
+        state=JobState(row["state"]),
+        created_at=row["created_at"],
+        dedupe_key=row["dedupe_key"],
+        progress=loaded(row["progress"]) or {},
+        result=loaded(row["result"]),
+        error=row["error"],
+        attempts=row["attempts"],
+        cancel_requested=bool(row["cancel_requested"]),
+        started_at=row["started_at"],
+        finished_at=row["finished_at"],
+        heartbeat_at=row["heartbeat_at"],
+        owner=row["owner"],
+    )
