@@ -142,6 +142,12 @@ class Settings(BaseSettings):
     proxies: Path | None = None
     """A proxy list file: one ``http(s)://[user:pass@]host:port`` a line."""
 
+    # -- the service (scrapeflow serve) --------------------------------------------------------
+    api_host: str = "127.0.0.1"
+    """Address the service listens on (loopback unless you put it behind a proxy)."""
+    api_port: Annotated[int, Field(ge=0, le=65_535)] = 8000
+    """Port the service listens on; 0 picks a free one (printed at start)."""
+
     # -- the bulk fetcher ----------------------------------------------------------------------
     fetch: dict[str, Any] = Field(default_factory=dict)
     """The ``[fetch]`` table of the config file, as :class:`scrapeflow.fetch.FetchSettings`

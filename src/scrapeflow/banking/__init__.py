@@ -73,6 +73,7 @@ from scrapeflow.banking._scraper import (
     ScrapeContext,
     result_for,
 )
+from scrapeflow.banking._setup import launcher_from_settings
 from scrapeflow.banking._state import StuckReset, reset_stuck
 from scrapeflow.banking._vault import KEY_FILE_ENV, KEYS_ENV, CredentialVault, VaultError
 from scrapeflow.banking._writequeue import WriteQueue, writers_for
@@ -127,6 +128,7 @@ __all__ = [
     "compact",
     "find_customer",
     "get_scraper",
+    "launcher_from_settings",
     "migrate",
     "movement_key",
     "movements_of",

@@ -1,0 +1,64 @@
+"""A :class:`Launcher` built from the process's :class:`~scrapeflow.config.Settings`: the banks'
+URLs (settings, then a sandbox manifest), limits, the incremental window, the vault, the log
+directory; with a sandbox manifest, the sandbox's clock is "today". The CLI and the service
+build their launchers here, so both read the same settings the same way."""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable
+from datetime import date
+from typing import TYPE_CHECKING
+
+from scrapeflow.banking._events import EventSink
+from scrapeflow.banking._launcher import Launcher
+from scrapeflow.banking._registry import scrapers
+from scrapeflow.banking._reports import LaunchLimits
+from scrapeflow.banking._scraper import IncrementalPolicy
+from scrapeflow.banking._vault import CredentialVault
+
+if TYPE_CHECKING:
+    from scrapeflow.config import Settings
+
+__all__ = ["launcher_from_settings"]
+
+
+def launcher_from_settings(settings: Settings, *, on_event: EventSink | None = None) -> Launcher:
+    """A launcher on ``settings`` (not entered yet). Raises a ConfigError naming what is wrong
+    (a bad manifest, no vault key) before anything is claimed."""
+    bank_urls, today = _sandbox_sites(settings)
+    return Launcher(
+        settings.db_url,
+        vault=CredentialVault.from_settings(settings),
+        bank_urls={**bank_urls, **settings.bank_urls},
+        limits=LaunchLimits(
+            per_bank=settings.per_bank,
+            overall=settings.overall,
+            access_timeout=settings.access_timeout,
+            heartbeat=settings.heartbeat,
+        ),
+        policy=IncrementalPolicy(
+            initial_days=settings.initial_days, overlap_days=settings.overlap_days
+        ),
+        today=today,
+        log_dir=settings.log_dir,
+        on_event=on_event,
+    )
+
+
+def _sandbox_sites(
+    settings: Settings,
+) -> tuple[dict[str, str], Callable[[], Awaitable[date]] | None]:
+    """The banks of the sandbox manifest and the sandbox's clock (its 'today')."""
+    manifest = settings.sandbox_manifest
+    if manifest is None:
+        return {}, None
+    from scrapeflow.sandbox import SandboxAdmin
+
+    admin = SandboxAdmin.from_manifest_file(manifest)  # refused here when the manifest is bad
+    banks = {name: url for name, url in admin.sites.items() if name in scrapers()}
+
+    async def sandbox_today() -> date:
+        async with SandboxAdmin.from_manifest_file(manifest) as client:
+            return (await client.now()).date()
+
+    return banks, sandbox_today

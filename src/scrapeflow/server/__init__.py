@@ -1,0 +1,12 @@
+"""The scrapeflow service: ``create_app(settings)`` builds the FastAPI app (``scrapeflow serve``).
+
+Versioned under ``/v1``; OpenAPI at ``/docs``; API keys with scopes (``scrapeflow keys
+create``); errors as ``application/problem+json``. See ``docs/service.md``.
+"""
+
+from __future__ import annotations
+
+from scrapeflow.server._app import create_app
+from scrapeflow.server._keys import ApiKey, Scope, create_key, find_key
+
+__all__ = ["ApiKey", "Scope", "create_app", "create_key", "find_key"]

@@ -1,0 +1,66 @@
+"""``create_app(settings)``: the service. Its lifespan opens the database (migrated), the job
+queue and the keys table; routes reach them through dependencies."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+
+from fastapi import FastAPI
+
+from scrapeflow.config import Settings
+from scrapeflow.server._problems import install_problem_handlers
+from scrapeflow.server._state import ServiceState
+
+__all__ = ["create_app"]
+
+
+def create_app(settings: Settings) -> FastAPI:
+    """The scrapeflow service on ``settings`` (database, banks, limits: docs/configuration.md).
+
+    >>> app = create_app(Settings.load())  # doctest: +SKIP
+    >>> # uvicorn.run(app) — or `scrapeflow serve`
+    """
+
+    @asynccontextmanager
+    async def lifespan(app: FastAPI) -> AsyncIterator[None]:
+        from scrapeflow.banking import migrate
+        from scrapeflow.db import create_engine, session_factory
+        from scrapeflow.jobs import EmbeddedJobQueue, SqlJobStore
+        from scrapeflow.server._keys import open_keys
+        from scrapeflow.server._work import job_kinds
+
+        await migrate(settings.db_url)
+        engine = create_engine(settings.db_url)
+        try:
+            await open_keys(engine)
+            store = SqlJobStore(settings.db_url, engine=engine)
+            async with EmbeddedJobQueue(store, job_kinds(settings)) as queue:
+                app.state.service = ServiceState(
+                    settings=settings,
+                    engine=engine,
+                    sessions=session_factory(engine),
+                    queue=queue,
+                )
+                yield
+        finally:
+            await engine.dispose()
+
+    app = FastAPI(
+        title="scrapeflow",
+        version="1",
+        summary="Bank aggregation and scraping jobs: refresh, watch, read.",
+        lifespan=lifespan,
+    )
+    install_problem_handlers(app)
+    from scrapeflow.server.routes import customers, jobs
+
+    app.include_router(customers.router)
+    app.include_router(jobs.router)
+
+    @app.get("/healthz", tags=["operations"])
+    async def healthz() -> dict[str, str]:
+        """The process is up (no authentication)."""
+        return {"status": "ok"}
+
+    return app

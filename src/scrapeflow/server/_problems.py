@@ -1,0 +1,83 @@
+"""Errors at the edge: every error a client gets is ``application/problem+json`` (RFC 9457)
+with a stable ``type``; a route raises, it never builds an error body by hand."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from fastapi import FastAPI, Request
+from fastapi.exceptions import RequestValidationError
+from fastapi.responses import JSONResponse
+from starlette.exceptions import HTTPException as StarletteHTTPException
+
+from scrapeflow.errors import (
+    InputError,
+    JobNotFound,
+    RefreshInProgress,
+    ScrapeflowError,
+    UnknownJobKind,
+)
+
+__all__ = ["Problem", "install_problem_handlers"]
+
+PROBLEM_JSON = "application/problem+json"
+
+
+class Problem(Exception):
+    """An HTTP error for the client: status, a short stable type, and a detail sentence."""
+
+    def __init__(
+        self, status: int, type: str, detail: str, *, headers: dict[str, str] | None = None
+    ) -> None:
+        super().__init__(detail)
+        self.status = status
+        self.type = type
+        self.detail = detail
+        self.headers = headers or {}
+
+
+def problem_response(
+    status: int, type: str, detail: str, headers: dict[str, str] | None = None, **extra: Any
+) -> JSONResponse:
+    body = {"type": type, "title": type.replace("-", " "), "status": status, "detail": detail}
+    return JSONResponse(body | extra, status_code=status, media_type=PROBLEM_JSON, headers=headers)
+
+
+def install_problem_handlers(app: FastAPI) -> None:
+    """Map our errors, validation errors and HTTP errors to problem+json."""
+
+    @app.exception_handler(Problem)
+    async def _problem(request: Request, exc: Problem) -> JSONResponse:
+        return problem_response(exc.status, exc.type, exc.detail, exc.headers)
+
+    @app.exception_handler(RequestValidationError)
+    async def _invalid(request: Request, exc: RequestValidationError) -> JSONResponse:
+        errors = exc.errors()
+        first = errors[0] if errors else {"loc": (), "msg": "invalid request"}
+        where = ".".join(str(part) for part in first.get("loc", ()))
+        return problem_response(
+            422,
+            "invalid-request",
+            f"{where}: {first.get('msg', 'invalid')}",
+            errors=[
+                {"loc": [str(p) for p in e.get("loc", ())], "msg": str(e.get("msg", ""))}
+                for e in errors[:20]
+            ],
+        )
+
+    @app.exception_handler(StarletteHTTPException)
+    async def _http(request: Request, exc: StarletteHTTPException) -> JSONResponse:
+        kind = {404: "not-found", 405: "method-not-allowed"}.get(exc.status_code, "http-error")
+        return problem_response(exc.status_code, kind, str(exc.detail), dict(exc.headers or {}))
+
+    @app.exception_handler(ScrapeflowError)
+    async def _ours(request: Request, exc: ScrapeflowError) -> JSONResponse:
+        if isinstance(exc, JobNotFound):
+            return problem_response(404, "job-not-found", str(exc))
+        if isinstance(exc, UnknownJobKind):
+            return problem_response(422, "unknown-job-kind", str(exc))
+        if isinstance(exc, RefreshInProgress):
+            return problem_response(409, "refresh-in-progress", str(exc))
+        if isinstance(exc, InputError):
+            return problem_response(422, "invalid-input", str(exc))
+        return problem_response(400, "bad-request", str(exc))

@@ -1,0 +1,57 @@
+"""The job kinds the service runs, by name: what ``POST …/refresh`` and ``POST /v1/jobs`` queue."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+from scrapeflow.config import Settings
+from scrapeflow.jobs import JobContext, JobHandler
+
+__all__ = ["BANK_REFRESH", "job_kinds"]
+
+BANK_REFRESH = "bank.refresh"
+
+
+def job_kinds(settings: Settings) -> dict[str, JobHandler]:
+    """The handlers of this service's job kinds, on ``settings``."""
+
+    async def bank_refresh(context: JobContext) -> Mapping[str, Any]:
+        """Refresh one customer (``params["customer"]``, its external id): every access at once.
+
+        Run again after a crash, it refreshes again: upserts make that idempotent. A customer
+        a command-line refresh holds fails the job with that reason.
+        """
+        from scrapeflow.banking import EventKind, LaunchEvent, launcher_from_settings
+
+        customer = str(context.params["customer"])
+        context.progress(accesses_done=0, accounts=0, movements=0)
+
+        def count(event: LaunchEvent) -> None:
+            if event.kind is EventKind.ACCOUNTS:
+                context.progress(accounts=context.counts.get("accounts", 0) + event.count)
+            elif event.kind is EventKind.MOVEMENTS:
+                context.progress(movements=context.counts.get("movements", 0) + event.count)
+            elif event.kind is EventKind.ACCESS_FINISHED:
+                context.progress(accesses_done=context.counts.get("accesses_done", 0) + 1)
+
+        async with launcher_from_settings(settings, on_event=count) as launcher:
+            report = await launcher.refresh(customer)
+        return {
+            "customer": report.external_id,
+            "ok": report.ok,
+            "seconds": round(report.seconds, 3),
+            "balances_seconds": report.balances_seconds,
+            "accesses": [
+                {
+                    "access_id": a.access_id,
+                    "bank": a.bank,
+                    "result": a.code.value,
+                    "accounts": a.accounts,
+                    "movements": a.movements,
+                }
+                for a in report.accesses
+            ],
+        }
+
+    return {BANK_REFRESH: bank_refresh}

@@ -1,0 +1,134 @@
+"""Every endpoint's authorization: no key, a bad key, the wrong scope, another customer."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import httpx
+import pytest
+
+from .conftest import Service
+
+# (method, path, the scope it needs, whether it names a customer)
+ENDPOINTS = [
+    ("GET", "/v1/customers/cust-1/status", "read", True),
+    ("GET", "/v1/customers/cust-1/accounts", "read", True),
+    ("GET", "/v1/customers/cust-1/movements", "read", True),
+    ("POST", "/v1/customers/cust-1/refresh", "refresh", True),
+    ("GET", "/v1/jobs", "read", False),
+    ("GET", "/v1/jobs/0000000000000000000000000000", "read", False),
+    ("POST", "/v1/jobs/0000000000000000000000000000/cancel", "refresh", False),
+]
+
+
+def problem(response: httpx.Response, status: int, type: str) -> None:
+    assert response.status_code == status, response.text
+    assert response.headers["content-type"] == "application/problem+json"
+    body = response.json()
+    assert body["status"] == status
+    assert body["type"] == type
+    assert body["detail"]
+
+
+def test_the_table_covers_every_endpoint_of_the_api(service: Service) -> None:
+    spec = httpx.get(f"{service.url}/openapi.json").json()
+    routes = {
+        (method.upper(), path)
+        for path, methods in spec["paths"].items()
+        for method in methods
+        if path != "/healthz"
+    }
+    covered = {
+        (m, p.replace("cust-1", "{customer}").replace("0" * 28, "{job_id}"))
+        for m, p, _, _ in ENDPOINTS
+    }
+    assert routes == covered
+
+
+@pytest.mark.parametrize(("method", "path", "scope", "per_customer"), ENDPOINTS)
+def test_authorization_matrix(
+    service: Service, method: str, path: str, scope: str, per_customer: bool
+) -> None:
+    url = service.url + path
+    missing = httpx.request(method, url)
+    problem(missing, 401, "unauthenticated")
+    assert missing.headers["www-authenticate"].startswith("Bearer")
+    for bad in ("Bearer nope", "Bearer sf_000000000000_wrong", "Basic dXNlcjpwYXNz", "Bearer"):
+        problem(httpx.request(method, url, headers={"Authorization": bad}), 401, "unauthenticated")
+    forged = service.key("admin")[:-3] + "abc"  # a real key id, a wrong secret
+    problem(
+        httpx.request(method, url, headers={"Authorization": f"Bearer {forged}"}),
+        401,
+        "unauthenticated",
+    )
+
+    other_scope = "jobs" if scope != "jobs" else "read"
+    with service.client(other_scope) as wrong:
+        problem(wrong.request(method, path), 403, "forbidden")
+    with service.client(scope) as right:
+        assert right.request(method, path).status_code not in (401, 403)
+    with service.client("admin") as admin:
+        assert admin.request(method, path).status_code not in (401, 403)
+    if per_customer:
+        with service.client(scope, customer="cust-2") as elsewhere:
+            problem(elsewhere.request(method, path), 403, "forbidden")
+        with service.client(scope, customer="cust-1") as own:
+            assert own.request(method, path).status_code not in (401, 403)
+
+
+def test_health_needs_no_key(service: Service) -> None:
+    assert httpx.get(f"{service.url}/healthz").json() == {"status": "ok"}
+
+
+def test_repeated_failures_from_one_address_are_slowed_down(service: Service) -> None:
+    url = f"{service.url}/v1/jobs"
+    for _ in range(10):
+        problem(httpx.get(url, headers={"Authorization": "Bearer guess"}), 401, "unauthenticated")
+    blocked = httpx.get(url, headers={"Authorization": "Bearer guess"})
+    problem(blocked, 429, "too-many-failed-attempts")
+    assert int(blocked.headers["retry-after"]) >= 1
+    # even the right key waits: guessing must not be told which guess was right
+    with service.client("read") as right:
+        problem(right.get("/v1/jobs"), 429, "too-many-failed-attempts")
+
+
+def test_a_restricted_key_sees_only_its_customers_refreshes(service: Service) -> None:
+    with service.client("refresh", "read") as admin:
+        mine = admin.post("/v1/customers/cust-1/refresh").json()
+        theirs = admin.post("/v1/customers/cust-3/refresh").json()
+    with service.client("read", "refresh", customer="cust-1") as own:
+        listed = {job["id"] for job in own.get("/v1/jobs").json()["jobs"]}
+        assert mine["id"] in listed
+        assert theirs["id"] not in listed
+        problem(own.get(f"/v1/jobs/{theirs['id']}"), 404, "job-not-found")
+        problem(own.post(f"/v1/jobs/{theirs['id']}/cancel"), 404, "job-not-found")
+        assert own.get(f"/v1/jobs/{mine['id']}").status_code == 200
+
+
+def test_an_operator_creates_a_key_with_the_cli_and_it_works(service: Service) -> None:
+    import subprocess
+    import sys
+
+    made = subprocess.run(
+        [sys.executable, "-m", "scrapeflow", "keys", "create", "--scope", "read"],
+        env=service.env,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert made.returncode == 0, made.stderr
+    key = made.stdout.split()[-1]  # printed once, as the last word
+    assert key.startswith("sf_")
+    listed = httpx.get(f"{service.url}/v1/jobs", headers={"Authorization": f"Bearer {key}"})
+    assert listed.status_code == 200
+    stored = Path(service.db_url.removeprefix("sqlite+aiosqlite:///")).read_bytes()
+    assert key.split("_")[-1].encode() not in stored  # only its hash is kept
+    bad = subprocess.run(
+        [sys.executable, "-m", "scrapeflow", "keys", "create", "--scope", "root"],
+        env=service.env,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert bad.returncode == 2
+    assert bad.stderr.strip() == "error: unknown scope 'root' (scopes: read, refresh, jobs, admin)"

@@ -1,0 +1,142 @@
+"""Refreshing a customer through the API, as the seed's UI does: 202 at once, poll until "all
+updated", then read accounts and movements page by page."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from datetime import date, timedelta
+from decimal import Decimal
+from typing import Any
+
+import httpx
+
+from scrapeflow.sandbox import Sandbox, SandboxAdmin
+
+from .conftest import BANKS, Service
+
+
+def wait_all_updated(client: httpx.Client, customer: str, seconds: float = 60) -> dict[str, Any]:
+    deadline = time.monotonic() + seconds
+    while time.monotonic() < deadline:
+        status = client.get(f"/v1/customers/{customer}/status").json()
+        if status["all_updated"]:
+            return status
+        time.sleep(0.1)
+    raise AssertionError(f"{customer} not all updated after {seconds} s: {status}")
+
+
+async def truth(sandbox: Sandbox, n: int) -> dict[str, Any]:
+    since = sandbox.clock.now().date() - timedelta(days=14)
+    found: dict[str, Any] = {}
+    async with SandboxAdmin.from_sandbox(sandbox) as admin:
+        for bank in BANKS:
+            login = await admin.customer(bank, n)
+            found[bank] = await admin.truth(bank, login["username"], since=since)
+    return found
+
+
+def test_refresh_is_answered_at_once_then_all_updated_with_the_banks_data(
+    service: Service, sandbox: Sandbox
+) -> None:
+    with service.client("refresh", "read") as client:
+        before = client.get("/v1/customers/cust-1/status").json()
+        assert before["all_updated"] is False  # never refreshed
+        started = client.post("/v1/customers/cust-1/refresh")
+        assert started.status_code == 202
+        job = started.json()
+        assert job["state"] in ("queued", "running")
+        assert started.headers["location"] == f"/v1/jobs/{job['id']}"
+        again = client.post("/v1/customers/cust-1/refresh")
+        assert again.status_code == 202
+        assert again.json()["id"] == job["id"]  # the refresh under way, not a second one
+
+        status = wait_all_updated(client, "cust-1")
+        assert {a["bank"] for a in status["accesses"]} == set(BANKS)
+        assert {a["result"] for a in status["accesses"]} == {"success"}
+        done = client.get(f"/v1/jobs/{job['id']}").json()
+        assert done["state"] == "succeeded"
+        assert done["result"]["ok"] is True
+        assert done["progress"]["accesses_done"] == 3
+
+        accounts = client.get("/v1/customers/cust-1/accounts").json()
+        expected = asyncio.run(truth(sandbox, 1))
+        assert len(accounts) == sum(len(t["accounts"]) for t in expected.values())
+        balances = {(a["bank"], a["bank_ref"]): Decimal(a["balance"]) for a in accounts}
+        for bank, bank_truth in expected.items():
+            for account in bank_truth["accounts"]:
+                # exact to the cent: money travels as a decimal string, never a float
+                assert balances[bank, account["id"]] == Decimal(account["balance"])
+
+        everything = client.get("/v1/customers/cust-1/movements", params={"limit": 1000}).json()
+        assert everything["next_cursor"] is None
+        paged: list[dict[str, Any]] = []
+        cursor = None
+        while True:
+            params: dict[str, Any] = {"limit": 7}
+            if cursor:
+                params["cursor"] = cursor
+            page = client.get("/v1/customers/cust-1/movements", params=params).json()
+            paged += page["movements"]
+            cursor = page["next_cursor"]
+            if cursor is None:
+                break
+        assert paged == everything["movements"]  # no gap, no duplicate
+        keys = [(m["account_ref"], m["key"]) for m in paged]
+        assert len(set(keys)) == len(keys) > 0
+        total = sum(len(m) for t in expected.values() for m in t["movements"].values())
+        assert len(paged) == total
+
+        recent = client.get(
+            "/v1/customers/cust-1/movements",
+            params={"since": str(date.fromisoformat(paged[0]["operation_date"])), "limit": 1000},
+        ).json()["movements"]
+        assert recent and all(m["operation_date"] == paged[0]["operation_date"] for m in recent)
+
+
+def test_bad_inputs_are_problems_naming_what_is_wrong(service: Service) -> None:
+    with service.client("refresh", "read") as client:
+        cases = [
+            ("GET", "/v1/customers/nobody/status", 404, "customer-not-found"),
+            ("POST", "/v1/customers/nobody/refresh", 404, "customer-not-found"),
+            ("GET", "/v1/customers/cust-1/movements?limit=0", 422, "invalid-request"),
+            ("GET", "/v1/customers/cust-1/movements?since=yesterday", 422, "invalid-request"),
+            (
+                "GET",
+                "/v1/customers/cust-1/movements?since=2026-02-02&until=2026-01-01",
+                422,
+                "invalid-request",
+            ),
+            ("GET", "/v1/customers/cust-1/movements?cursor=bm9wZQ", 422, "invalid-cursor"),
+            ("GET", "/v1/jobs?state=sleeping", 422, "invalid-request"),
+            ("GET", "/v1/jobs/unknown-job", 404, "job-not-found"),
+            ("GET", "/v1/nowhere", 404, "not-found"),
+            ("DELETE", "/v1/jobs", 405, "method-not-allowed"),
+        ]
+        for method, path, status, type in cases:
+            answer = client.request(method, path)
+            assert answer.status_code == status, (path, answer.text)
+            assert answer.headers["content-type"] == "application/problem+json"
+            assert answer.json()["type"] == type, path
+
+
+def test_cancel_stops_a_refresh_within_two_seconds(service: Service, sandbox: Sandbox) -> None:
+    for bank in BANKS:
+        sandbox.sites[bank].guard.latency_ms = (300.0, 400.0)  # a slow bank
+    with service.client("refresh", "read") as client:
+        job = client.post("/v1/customers/cust-3/refresh").json()
+        deadline = time.monotonic() + 20
+        while client.get(f"/v1/jobs/{job['id']}").json()["state"] != "running":
+            assert time.monotonic() < deadline
+            time.sleep(0.05)
+        started = time.monotonic()
+        cancelled = client.post(f"/v1/jobs/{job['id']}/cancel")
+        assert cancelled.status_code == 200
+        while client.get(f"/v1/jobs/{job['id']}").json()["state"] != "cancelled":
+            assert time.monotonic() - started < 2, "not cancelled within 2 s"
+            time.sleep(0.05)
+        status = client.get("/v1/customers/cust-3/status").json()
+        assert status["refresh_job"] is None
+        assert all(a["state"] == "idle" for a in status["accesses"])  # nothing left claimed
+        again = client.post("/v1/customers/cust-3/refresh").json()
+        assert again["id"] != job["id"]  # a new refresh may start
