@@ -18,7 +18,7 @@ import contextlib
 import os
 import secrets
 import socket
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from datetime import UTC, datetime, timedelta
 from types import TracebackType
 from typing import Any, Protocol
@@ -95,6 +95,7 @@ class EmbeddedJobQueue:
         max_attempts: int = 5,
         run_jobs: bool = True,
         clock: Callable[[], datetime] | None = None,
+        on_change: Callable[[Job], Awaitable[None]] | None = None,
     ) -> None:
         if concurrency < 1 or heartbeat <= 0 or poll <= 0 or max_attempts < 1:
             raise ValueError("concurrency, heartbeat, poll and max_attempts must be positive")
@@ -110,6 +111,8 @@ class EmbeddedJobQueue:
         self.run_jobs = run_jobs
         self.owner = f"{socket.gethostname()[:30]}:{os.getpid()}:{secrets.token_hex(4)}"
         self._clock = clock or (lambda: datetime.now(UTC))
+        self.on_change = on_change
+        """Told of each job this process starts and of how it ends (live delivery)."""
         self._running: dict[str, tuple[asyncio.Task[None], JobContext]] = {}
         self._cancelling: set[str] = set()
         self._finished: dict[str, asyncio.Event] = {}
@@ -170,6 +173,8 @@ class EmbeddedJobQueue:
             dedupe_key=dedupe_key,
         )
         stored = await self.store.add(job)
+        if stored.id == job.id:
+            await self._tell(job.id)
         self._wake.set()
         return stored
 
@@ -194,8 +199,9 @@ class EmbeddedJobQueue:
 
     async def cancel(self, job_id: str) -> Job:
         """Cancel a job: a queued one ends at once, a running one within ``poll`` seconds."""
+        before = await self.store.get(job_id)
         job = await self.store.cancel(job_id, self._clock())
-        if job is None:
+        if job is None or before is None:
             raise JobNotFound(f"no job {job_id!r}")
         local = self._running.get(job_id)
         if local is not None:
@@ -203,6 +209,8 @@ class EmbeddedJobQueue:
             local[0].cancel()
             await asyncio.gather(local[0], return_exceptions=True)
             return await self.get(job_id)
+        if before.state is JobState.QUEUED and job.state is JobState.CANCELLED:
+            await self._tell(job_id)  # ended in the queue, never ran
         return job
 
     async def wait(self, job_id: str) -> Job:
@@ -268,10 +276,21 @@ class EmbeddedJobQueue:
         task = asyncio.create_task(self._run(context), name=f"job-{job.id}")
         self._running[job.id] = (task, context)
 
+    async def _tell(self, job_id: str) -> None:
+        if self.on_change is None:
+            return
+        try:
+            job = await self.store.get(job_id)
+            if job is not None:
+                await self.on_change(job)
+        except Exception as exc:  # a broken listener must not break the queue
+            _log.warning("job listener failed", job=job_id, error=redact(repr(exc)))
+
     async def _run(self, context: JobContext) -> None:
         job = context.job
         state, result, error = JobState.FAILED, None, None
         release = False
+        await self._tell(job.id)
         try:
             handler = self.kinds.get(job.kind)
             if handler is None:
@@ -319,5 +338,6 @@ class EmbeddedJobQueue:
                     error=error,
                     progress=dict(context.counts),
                 )
+                await self._tell(job.id)
         except Exception as exc:  # its heartbeat stops: it is found stalled and run again
             _log.error("could not store a job's end", job=job.id, error=redact(repr(exc)))

@@ -27,6 +27,7 @@ def create_app(settings: Settings) -> FastAPI:
         from scrapeflow.banking import migrate
         from scrapeflow.db import create_engine, session_factory
         from scrapeflow.jobs import EmbeddedJobQueue, SqlJobStore
+        from scrapeflow.server._events import EventLog
         from scrapeflow.server._keys import open_keys
         from scrapeflow.server._work import job_kinds
 
@@ -34,13 +35,18 @@ def create_app(settings: Settings) -> FastAPI:
         engine = create_engine(settings.db_url)
         try:
             await open_keys(engine)
+            events = EventLog(engine)
+            await events.open()
             store = SqlJobStore(settings.db_url, engine=engine)
-            async with EmbeddedJobQueue(store, job_kinds(settings)) as queue:
+            async with EmbeddedJobQueue(
+                store, job_kinds(settings, events), on_change=events.job_changed
+            ) as queue:
                 app.state.service = ServiceState(
                     settings=settings,
                     engine=engine,
                     sessions=session_factory(engine),
                     queue=queue,
+                    events=events,
                 )
                 yield
         finally:
@@ -53,10 +59,11 @@ def create_app(settings: Settings) -> FastAPI:
         lifespan=lifespan,
     )
     install_problem_handlers(app)
-    from scrapeflow.server.routes import customers, jobs
+    from scrapeflow.server.routes import customers, events, jobs
 
     app.include_router(customers.router)
     app.include_router(jobs.router)
+    app.include_router(events.router)
 
     @app.get("/healthz", tags=["operations"])
     async def healthz() -> dict[str, str]:

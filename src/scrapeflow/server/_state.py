@@ -11,6 +11,7 @@ from sqlalchemy.ext.asyncio import AsyncEngine, AsyncSession, async_sessionmaker
 
 from scrapeflow.config import Settings
 from scrapeflow.jobs import EmbeddedJobQueue
+from scrapeflow.server._events import EventLog
 
 __all__ = ["AuthFailures", "ServiceState"]
 
@@ -49,4 +50,5 @@ class ServiceState:
     engine: AsyncEngine
     sessions: async_sessionmaker[AsyncSession]
     queue: EmbeddedJobQueue
+    events: EventLog
     failures: AuthFailures = field(default_factory=AuthFailures)

@@ -7,14 +7,23 @@ from typing import Any
 
 from scrapeflow.config import Settings
 from scrapeflow.jobs import JobContext, JobHandler
+from scrapeflow.server._events import EventLog
 
 __all__ = ["BANK_REFRESH", "job_kinds"]
 
 BANK_REFRESH = "bank.refresh"
+_EVENT_NAMES = {
+    "launch_started": "bank.refresh_started",
+    "accounts": "bank.accounts",
+    "movements": "bank.movements",
+    "access_finished": "bank.access_finished",
+    "launch_finished": "bank.all_updated",
+}
 
 
-def job_kinds(settings: Settings) -> dict[str, JobHandler]:
-    """The handlers of this service's job kinds, on ``settings``."""
+def job_kinds(settings: Settings, events: EventLog) -> dict[str, JobHandler]:
+    """The handlers of this service's job kinds, on ``settings``; what they do is told to
+    ``events`` as it happens."""
 
     async def bank_refresh(context: JobContext) -> Mapping[str, Any]:
         """Refresh one customer (``params["customer"]``, its external id): every access at once.
@@ -27,15 +36,19 @@ def job_kinds(settings: Settings) -> dict[str, JobHandler]:
         customer = str(context.params["customer"])
         context.progress(accesses_done=0, accounts=0, movements=0)
 
-        def count(event: LaunchEvent) -> None:
+        async def deliver(event: LaunchEvent) -> None:
             if event.kind is EventKind.ACCOUNTS:
                 context.progress(accounts=context.counts.get("accounts", 0) + event.count)
             elif event.kind is EventKind.MOVEMENTS:
                 context.progress(movements=context.counts.get("movements", 0) + event.count)
             elif event.kind is EventKind.ACCESS_FINISHED:
                 context.progress(accesses_done=context.counts.get("accesses_done", 0) + 1)
+            data = {k: v for k, v in event.as_dict().items() if k not in ("kind", "customer_id")}
+            await events.append(
+                _EVENT_NAMES[event.kind], data, customer=customer, job_id=context.job.id
+            )
 
-        async with launcher_from_settings(settings, on_event=count) as launcher:
+        async with launcher_from_settings(settings, on_event=deliver) as launcher:
             report = await launcher.refresh(customer)
         return {
             "customer": report.external_id,

@@ -2,6 +2,6 @@
 
 from __future__ import annotations
 
-from scrapeflow.server.routes import customers, jobs
+from scrapeflow.server.routes import customers, events, jobs
 
-__all__ = ["customers", "jobs"]
+__all__ = ["customers", "events", "jobs"]

@@ -29,7 +29,15 @@ from scrapeflow.server._work import BANK_REFRESH
 if TYPE_CHECKING:
     from scrapeflow.banking import MovementView
 
-__all__ = ["accounts", "movements", "refresh", "refresh_key", "router", "status"]
+__all__ = [
+    "accounts",
+    "known_customer",
+    "movements",
+    "refresh",
+    "refresh_key",
+    "router",
+    "status",
+]
 
 router = APIRouter(prefix="/v1/customers", tags=["customers"])
 Reader = Annotated[ApiKey, Depends(caller_with(Scope.READ))]
@@ -41,7 +49,7 @@ def refresh_key(customer: str) -> str:
     return f"{BANK_REFRESH}:{customer}"
 
 
-async def _known(state: State, customer: str) -> None:
+async def known_customer(state: State, customer: str) -> None:
     from scrapeflow.banking import find_customer
     from scrapeflow.errors import InputError
 
@@ -64,7 +72,7 @@ async def refresh(customer: CustomerId, state: State, key: Refresher) -> JSONRes
     """Start refreshing the customer: 202 with the job at once. A refresh already queued or
     running for this customer is returned instead of a second one."""
     check_customer(key, customer)
-    await _known(state, customer)
+    await known_customer(state, customer)
     job = await state.queue.submit(
         BANK_REFRESH, {"customer": customer}, dedupe_key=refresh_key(customer)
     )
@@ -82,7 +90,7 @@ async def status(customer: CustomerId, state: State, key: Reader) -> CustomerSta
     from scrapeflow.banking import ScrapeState, accesses_of, find_customer
 
     check_customer(key, customer)
-    await _known(state, customer)
+    await known_customer(state, customer)
     async with state.sessions() as session:
         row = await find_customer(session, customer)
         customer_state = ScrapeState(row.scrape_state)
@@ -117,7 +125,7 @@ async def accounts(customer: CustomerId, state: State, key: Reader) -> list[Acco
     from scrapeflow.banking import accounts_of
 
     check_customer(key, customer)
-    await _known(state, customer)
+    await known_customer(state, customer)
     return [
         AccountOut(
             access_id=a.access_id,
@@ -150,7 +158,7 @@ async def movements(
     from scrapeflow.banking import movements_of
 
     check_customer(key, customer)
-    await _known(state, customer)
+    await known_customer(state, customer)
     if since and until and since > until:
         raise Problem(422, "invalid-request", "since is after until")
     after = _decode_cursor(cursor) if cursor else None

@@ -13,7 +13,7 @@ from scrapeflow.server._problems import Problem
 from scrapeflow.server._schemas import JobList, JobOut
 from scrapeflow.server._work import BANK_REFRESH
 
-__all__ = ["cancel_job", "get_job", "list_jobs", "router"]
+__all__ = ["cancel_job", "get_job", "list_jobs", "router", "visible_job"]
 
 router = APIRouter(prefix="/v1/jobs", tags=["jobs"])
 Reader = Annotated[ApiKey, Depends(caller_with(Scope.READ))]
@@ -27,7 +27,7 @@ def _visible(key: ApiKey, job: Job) -> bool:
     return job.kind == BANK_REFRESH and key.sees(str(job.params.get("customer", "")))
 
 
-async def _job(state: State, key: ApiKey, job_id: str) -> Job:
+async def visible_job(state: State, key: ApiKey, job_id: str) -> Job:
     if len(job_id) > 64:
         raise Problem(404, "job-not-found", "no such job")
     job = await state.queue.get(job_id)  # JobNotFound: 404
@@ -67,14 +67,14 @@ async def list_jobs(
 @router.get("/{job_id}", response_model=JobOut)
 async def get_job(job_id: JobId, state: State, key: Reader) -> JobOut:
     """One job: state, progress counts, result summary or error."""
-    return JobOut.of(await _job(state, key, job_id))
+    return JobOut.of(await visible_job(state, key, job_id))
 
 
 @router.post("/{job_id}/cancel", response_model=JobOut)
 async def cancel_job(job_id: JobId, state: State, key: Refresher) -> JobOut:
     """Cancel a job: a queued one ends at once, a running one within 2 seconds; what it
     stored stays. Cancelling an ended job changes nothing."""
-    job = await _job(state, key, job_id)
+    job = await visible_job(state, key, job_id)
     if job.kind != BANK_REFRESH and not key.allows(Scope.JOBS):
         raise Problem(403, "forbidden", "this key lacks the 'jobs' scope")
     return JobOut.of(await state.queue.cancel(job.id))

@@ -1,0 +1,175 @@
+"""Live delivery: every fact of a refresh or a job, stored with an increasing id, streamed over
+SSE. A client that reconnects with ``Last-Event-ID`` gets exactly what it missed: the stream is
+a read of the stored log from that id on, so nothing is lost and nothing comes twice.
+
+Ids increase in commit order: this process appends under one lock, so an event never becomes
+visible after one with a higher id (a reader at id N never skips a late N-1).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from collections.abc import AsyncIterator, Mapping
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from typing import Any
+
+from sqlalchemy import (
+    JSON,
+    BigInteger,
+    Column,
+    Index,
+    Integer,
+    MetaData,
+    String,
+    Table,
+    insert,
+    select,
+)
+from sqlalchemy.ext.asyncio import AsyncEngine
+
+from scrapeflow.db import UTCDateTime
+from scrapeflow.jobs import Job
+
+__all__ = ["FINAL_JOB_EVENTS", "Event", "EventLog", "events_table"]
+
+metadata = MetaData()
+events_table = Table(
+    "scrapeflow_events",
+    metadata,
+    Column(
+        "id", BigInteger().with_variant(Integer, "sqlite"), primary_key=True, autoincrement=True
+    ),
+    Column("customer", String(64)),
+    Column("job_id", String(32)),
+    Column("kind", String(40), nullable=False),
+    Column("data", JSON, nullable=False),
+    Column("at", UTCDateTime, nullable=False),
+    Index("ix_scrapeflow_events_customer", "customer", "id"),
+    Index("ix_scrapeflow_events_job", "job_id", "id"),
+)
+
+FINAL_JOB_EVENTS = frozenset({"job.succeeded", "job.failed", "job.cancelled"})
+
+
+@dataclass(frozen=True, slots=True)
+class Event:
+    id: int
+    kind: str
+    customer: str | None
+    job_id: str | None
+    data: dict[str, Any]
+    at: datetime
+
+    def as_dict(self) -> dict[str, Any]:
+        return {
+            "id": self.id,
+            "kind": self.kind,
+            "customer": self.customer,
+            "job_id": self.job_id,
+            "at": self.at.isoformat(),
+            **self.data,
+        }
+
+
+class EventLog:
+    """The stored, numbered events, and a wake-up for the streams reading them."""
+
+    def __init__(self, engine: AsyncEngine, *, poll: float = 1.0) -> None:
+        self.engine = engine
+        self.poll = poll
+        """How often a stream looks for events written by another process."""
+        self._lock = asyncio.Lock()
+        self._changed = asyncio.Event()
+
+    async def open(self) -> None:
+        async with self.engine.begin() as connection:
+            await connection.run_sync(metadata.create_all, checkfirst=True)
+
+    async def append(
+        self,
+        kind: str,
+        data: Mapping[str, Any],
+        *,
+        customer: str | None = None,
+        job_id: str | None = None,
+    ) -> int:
+        """Store one event; its id."""
+        async with self._lock, self.engine.begin() as connection:
+            done = await connection.execute(
+                insert(events_table).values(
+                    customer=customer,
+                    job_id=job_id,
+                    kind=kind,
+                    data=dict(data),
+                    at=datetime.now(UTC),
+                )
+            )
+            key = done.inserted_primary_key
+            if key is None:
+                raise RuntimeError("the database gave no id to a new event")
+            event_id = int(key[0])
+        self._changed.set()
+        self._changed = asyncio.Event()
+        return event_id
+
+    async def job_changed(self, job: Job) -> None:
+        """The job queue's listener: ``job.<state>`` with the job's progress and result."""
+        customer = job.params.get("customer") if job.kind == "bank.refresh" else None
+        await self.append(
+            f"job.{job.state.value}",
+            {
+                "state": job.state.value,
+                "kind": job.kind,
+                "progress": job.progress,
+                "result": job.result,
+                "error": job.error,
+            },
+            customer=str(customer) if customer is not None else None,
+            job_id=job.id,
+        )
+
+    async def after(
+        self,
+        after_id: int,
+        *,
+        customer: str | None = None,
+        job_id: str | None = None,
+        limit: int = 500,
+    ) -> list[Event]:
+        query = (
+            select(events_table)
+            .where(events_table.c.id > after_id)
+            .order_by(events_table.c.id)
+            .limit(limit)
+        )
+        if customer is not None:
+            query = query.where(events_table.c.customer == customer)
+        if job_id is not None:
+            query = query.where(events_table.c.job_id == job_id)
+        async with self.engine.connect() as connection:
+            rows = (await connection.execute(query)).all()
+        return [Event(r.id, r.kind, r.customer, r.job_id, dict(r.data or {}), r.at) for r in rows]
+
+    async def stream(
+        self,
+        after_id: int,
+        *,
+        customer: str | None = None,
+        job_id: str | None = None,
+    ) -> AsyncIterator[Event]:
+        """Events after ``after_id``, as they come; a job's stream ends with its final event."""
+        while True:
+            changed = self._changed
+            batch = await self.after(after_id, customer=customer, job_id=job_id)
+            for event in batch:
+                after_id = event.id
+                yield event
+                if job_id is not None and event.kind in FINAL_JOB_EVENTS:
+                    return
+            if batch:
+                continue
+            with contextlib.suppress(TimeoutError):
+                async with asyncio.timeout(self.poll):
+                    await changed.wait()
