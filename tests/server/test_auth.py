@@ -11,6 +11,11 @@ from .conftest import Service
 
 # (method, path, the scope it needs, whether it names a customer)
 ENDPOINTS = [
+    ("GET", "/v1/customers", "read", False),
+    ("POST", "/v1/customers", "admin", False),
+    ("GET", "/v1/customers/cust-1", "read", True),
+    ("POST", "/v1/customers/cust-1/accesses", "admin", True),
+    ("POST", "/v1/customers/cust-1/accesses/1/otp", "refresh", True),
     ("GET", "/v1/customers/cust-1/status", "read", True),
     ("GET", "/v1/customers/cust-1/accounts", "read", True),
     ("GET", "/v1/customers/cust-1/movements", "read", True),
@@ -47,7 +52,12 @@ def test_the_table_covers_every_endpoint_of_the_api(service: Service) -> None:
         if path != "/healthz"
     }
     covered = {
-        (m, p.replace("cust-1", "{customer}").replace("0" * 28, "{job_id}"))
+        (
+            m,
+            p.replace("cust-1", "{customer}")
+            .replace("0" * 28, "{job_id}")
+            .replace("/accesses/1/", "/accesses/{access_id}/"),
+        )
         for m, p, _, _ in ENDPOINTS
     }
     assert routes == covered

@@ -10,7 +10,8 @@
   and its log file per launch; scrape state (claims, heartbeats, finishes) and
   :func:`reset_stuck`, the watchdog that frees what a killed launch left in progress;
 * result codes (:class:`ResultCode`) and the credential vault (:class:`CredentialVault`);
-* customers and accesses (:func:`add_customer`, :func:`add_access`), reading back
+* customers and accesses (:func:`add_customer`, :func:`add_access`, checked by
+  :func:`validate_customer_id` and its kin), reading back
   (:func:`accounts_of`, :func:`movements_of`) and exports (CSV, JSON, OFX).
 
 >>> from scrapeflow.banking import ResultCode
@@ -20,7 +21,11 @@
 
 from __future__ import annotations
 
+# The shipped scrapers' package first: importing it later (the registry loads entry points)
+# would otherwise rebind this package's ``scrapers`` from the function to that package.
+from scrapeflow.banking import scrapers as _shipped_scrapers  # noqa: F401
 from scrapeflow.banking._directory import (
+    MAX_PASSWORD,
     AccessView,
     AccountView,
     MovementView,
@@ -30,6 +35,10 @@ from scrapeflow.banking._directory import (
     add_customer,
     find_customer,
     movements_of,
+    validate_customer_id,
+    validate_customer_name,
+    validate_login,
+    validate_password,
 )
 from scrapeflow.banking._events import EventKind, EventSink, LaunchEvent
 from scrapeflow.banking._export import to_csv, to_json, to_ofx
@@ -83,6 +92,7 @@ __all__ = [
     "ENTRY_POINT_GROUP",
     "KEYS_ENV",
     "KEY_FILE_ENV",
+    "MAX_PASSWORD",
     "MIGRATIONS_DIR",
     "Access",
     "AccessReport",
@@ -146,6 +156,10 @@ __all__ = [
     "upsert_accounts",
     "upsert_movements",
     "validate_currency",
+    "validate_customer_id",
+    "validate_customer_name",
     "validate_iban",
+    "validate_login",
+    "validate_password",
     "writers_for",
 ]

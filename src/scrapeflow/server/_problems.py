@@ -11,6 +11,7 @@ from fastapi.responses import JSONResponse
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from scrapeflow.errors import (
+    ConfigError,
     InputError,
     JobNotFound,
     RefreshInProgress,
@@ -78,6 +79,8 @@ def install_problem_handlers(app: FastAPI) -> None:
             return problem_response(422, "unknown-job-kind", str(exc))
         if isinstance(exc, RefreshInProgress):
             return problem_response(409, "refresh-in-progress", str(exc))
+        if isinstance(exc, ConfigError):  # the service's own settings: not the client's fault
+            return problem_response(503, "service-misconfigured", str(exc))
         if isinstance(exc, InputError):
             return problem_response(422, "invalid-input", str(exc))
         return problem_response(400, "bad-request", str(exc))

@@ -4,20 +4,24 @@ from __future__ import annotations
 
 from datetime import date, datetime
 from decimal import Decimal
-from typing import Any
+from typing import Annotated, Any
 
-from pydantic import BaseModel
+from pydantic import BaseModel, Field, SecretStr
 
 from scrapeflow.jobs import Job
 
 __all__ = [
+    "AccessIn",
     "AccessOut",
     "AccountOut",
+    "CustomerIn",
+    "CustomerOut",
     "CustomerStatus",
     "JobList",
     "JobOut",
     "MovementOut",
     "MovementPage",
+    "OneTimeCode",
 ]
 
 
@@ -112,3 +116,28 @@ class MovementPage(BaseModel):
     movements: list[MovementOut]
     next_cursor: str | None
     """Pass as ``cursor`` for the next page; null at the end."""
+
+
+class CustomerIn(BaseModel):
+    id: Annotated[str, Field(min_length=1, max_length=64, pattern=r"^[^\x00-\x1f\x7f]+$")]
+    """Your id for the customer."""
+    name: Annotated[str, Field(max_length=200, pattern=r"^[^\x00-\x1f\x7f]*$")] = ""
+
+
+class CustomerOut(BaseModel):
+    id: str
+    name: str
+    state: str
+
+
+class AccessIn(BaseModel):
+    bank: Annotated[str, Field(min_length=1, max_length=40)]
+    """A registered bank scraper's code (formbank, apibank, legacybank, …)."""
+    login: Annotated[str, Field(min_length=1, max_length=200, pattern=r"^[^\x00-\x1f\x7f]+$")]
+    password: Annotated[SecretStr, Field(min_length=1, max_length=1024)]
+    """Write-only: encrypted at once, never returned, never logged."""
+
+
+class OneTimeCode(BaseModel):
+    code: Annotated[str, Field(pattern=r"^[0-9]{4,10}$")]
+    """The code the bank sent the customer (4-10 digits)."""

@@ -9,9 +9,10 @@ from scrapeflow.config import Settings
 from scrapeflow.jobs import JobContext, JobHandler
 from scrapeflow.server._events import EventLog
 
-__all__ = ["BANK_REFRESH", "job_kinds"]
+__all__ = ["BANK_OTP", "BANK_REFRESH", "job_kinds"]
 
 BANK_REFRESH = "bank.refresh"
+BANK_OTP = "bank.otp"
 _EVENT_NAMES = {
     "launch_started": "bank.refresh_started",
     "accounts": "bank.accounts",
@@ -67,4 +68,33 @@ def job_kinds(settings: Settings, events: EventLog) -> dict[str, JobHandler]:
             ],
         }
 
-    return {BANK_REFRESH: bank_refresh}
+    async def bank_otp(context: JobContext) -> Mapping[str, Any]:
+        """Resume a two-factor access with the code the customer typed (sealed in the params
+        with the vault: a code is a secret, the jobs table never holds it in clear)."""
+        from scrapeflow.banking import CredentialVault, launcher_from_settings
+
+        customer = str(context.params["customer"])
+        access_id = int(context.params["access_id"])
+        code = CredentialVault.from_settings(settings).decrypt(
+            str(context.params["code_sealed"]).encode()
+        )
+
+        async def deliver(event: Any) -> None:
+            data = {k: v for k, v in event.as_dict().items() if k not in ("kind", "customer_id")}
+            await events.append(
+                _EVENT_NAMES[event.kind.value], data, customer=customer, job_id=context.job.id
+            )
+
+        async with launcher_from_settings(settings, on_event=deliver) as launcher:
+            report = await launcher.scrape_access(access_id, otp=code)
+        return {
+            "customer": customer,
+            "access_id": report.access_id,
+            "bank": report.bank,
+            "result": report.code.value,
+            "ok": report.code.ok,
+            "accounts": report.accounts,
+            "movements": report.movements,
+        }
+
+    return {BANK_REFRESH: bank_refresh, BANK_OTP: bank_otp}

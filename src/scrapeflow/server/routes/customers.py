@@ -6,6 +6,7 @@ from __future__ import annotations
 import base64
 import binascii
 import json
+from collections.abc import Awaitable, Callable
 from datetime import date
 from typing import TYPE_CHECKING, Annotated
 
@@ -17,22 +18,32 @@ from scrapeflow.server._deps import State, caller_with, check_customer
 from scrapeflow.server._keys import ApiKey, Scope
 from scrapeflow.server._problems import Problem
 from scrapeflow.server._schemas import (
+    AccessIn,
     AccessOut,
     AccountOut,
+    CustomerIn,
+    CustomerOut,
     CustomerStatus,
     JobOut,
     MovementOut,
     MovementPage,
+    OneTimeCode,
 )
-from scrapeflow.server._work import BANK_REFRESH
+from scrapeflow.server._work import BANK_OTP, BANK_REFRESH
 
 if TYPE_CHECKING:
-    from scrapeflow.banking import MovementView
+    from scrapeflow.banking import AccessView, MovementView
 
 __all__ = [
+    "CustomerReader",
     "accounts",
+    "add_access",
+    "add_customer",
+    "get_customer",
     "known_customer",
+    "list_customers",
     "movements",
+    "one_time_code",
     "refresh",
     "refresh_key",
     "router",
@@ -41,8 +52,32 @@ __all__ = [
 
 router = APIRouter(prefix="/v1/customers", tags=["customers"])
 Reader = Annotated[ApiKey, Depends(caller_with(Scope.READ))]
-Refresher = Annotated[ApiKey, Depends(caller_with(Scope.REFRESH))]
+Admin = Annotated[ApiKey, Depends(caller_with(Scope.ADMIN))]
 CustomerId = Annotated[str, "the customer's external id"]
+
+
+def _for_customer(scope: Scope) -> Callable[..., Awaitable[ApiKey]]:
+    """A dependency: the caller's key, allowed ``scope`` and the path's customer, which must
+    exist. Checked before the body is read, so a caller learns nothing from validation."""
+    authenticate = caller_with(scope)
+
+    # A default, not an annotation: annotations are strings here, and a closure's local
+    # would not resolve.
+    async def dependency(
+        customer: str,
+        state: State,
+        key: ApiKey = Depends(authenticate),  # noqa: B008
+    ) -> ApiKey:
+        check_customer(key, customer)
+        await known_customer(state, customer)
+        return key
+
+    return dependency
+
+
+CustomerReader = Annotated[ApiKey, Depends(_for_customer(Scope.READ))]
+CustomerRefresher = Annotated[ApiKey, Depends(_for_customer(Scope.REFRESH))]
+CustomerAdmin = Annotated[ApiKey, Depends(_for_customer(Scope.ADMIN))]
 
 
 def refresh_key(customer: str) -> str:
@@ -67,12 +102,104 @@ async def _active_refresh(state: State, customer: str) -> Job | None:
     return None
 
 
+@router.get("", response_model=list[CustomerOut])
+async def list_customers(state: State, key: Reader) -> list[CustomerOut]:
+    """The customers this key may see."""
+    from sqlalchemy import select
+
+    from scrapeflow.banking import Customer
+
+    async with state.sessions() as session:
+        rows = (await session.scalars(select(Customer).order_by(Customer.external_id))).all()
+    return [
+        CustomerOut(id=c.external_id, name=c.name, state=str(c.scrape_state.value))
+        for c in rows
+        if key.sees(c.external_id)
+    ]
+
+
+@router.post("", status_code=201, response_model=CustomerOut)
+async def add_customer(body: CustomerIn, state: State, key: Admin) -> CustomerOut:
+    """Add a customer (409 when the id is taken)."""
+    from scrapeflow.banking import add_customer as add
+    from scrapeflow.banking import find_customer
+    from scrapeflow.errors import InputError
+
+    async with state.sessions() as session:
+        try:
+            await find_customer(session, body.id)
+        except InputError:
+            pass
+        else:
+            raise Problem(409, "customer-exists", f"customer {body.id!r} already exists")
+    await add(state.sessions, body.id, body.name)
+    async with state.sessions() as session:
+        row = await find_customer(session, body.id)
+        return CustomerOut(id=row.external_id, name=row.name, state=row.scrape_state.value)
+
+
+@router.get("/{customer}", response_model=CustomerOut)
+async def get_customer(customer: CustomerId, state: State, key: CustomerReader) -> CustomerOut:
+    from scrapeflow.banking import find_customer
+
+    async with state.sessions() as session:
+        row = await find_customer(session, customer)
+        return CustomerOut(id=row.external_id, name=row.name, state=row.scrape_state.value)
+
+
+@router.post("/{customer}/accesses", status_code=201, response_model=AccessOut)
+async def add_access(
+    customer: CustomerId, body: AccessIn, state: State, key: CustomerAdmin
+) -> AccessOut:
+    """Add the customer's login at a bank, or change its password. The password is encrypted
+    at once and never returned."""
+    from scrapeflow.banking import CredentialVault, accesses_of, scrapers
+    from scrapeflow.banking import add_access as add
+
+    if body.bank not in scrapers():
+        known = ", ".join(sorted(scrapers()))
+        raise Problem(422, "unknown-bank", f"no scraper for bank {body.bank!r} (banks: {known})")
+    vault = CredentialVault.from_settings(state.settings)
+    access_id = await add(
+        state.sessions, vault, customer, body.bank, body.login, body.password.get_secret_value()
+    )
+    access = next(
+        a for a in await accesses_of(state.sessions, customer) if a.access_id == access_id
+    )
+    return _access_out(access)
+
+
+@router.post("/{customer}/accesses/{access_id}/otp", status_code=202, response_model=JobOut)
+async def one_time_code(
+    customer: CustomerId,
+    access_id: int,
+    body: OneTimeCode,
+    state: State,
+    key: CustomerRefresher,
+) -> JSONResponse:
+    """Give the one-time code the bank sent (an access that ended ``two_factor_required``):
+    202 with the job that resumes that access's scrape."""
+    from scrapeflow.banking import CredentialVault, accesses_of
+
+    if access_id not in {a.access_id for a in await accesses_of(state.sessions, customer)}:
+        raise Problem(404, "access-not-found", f"customer {customer!r} has no access {access_id}")
+    sealed = CredentialVault.from_settings(state.settings).encrypt(body.code).decode()
+    job = await state.queue.submit(
+        BANK_OTP,
+        {"customer": customer, "access_id": access_id, "code_sealed": sealed},
+        dedupe_key=f"{BANK_OTP}:{access_id}",
+    )
+    return JSONResponse(
+        JobOut.of(job).model_dump(mode="json"),
+        status_code=202,
+        headers={"Location": f"/v1/jobs/{job.id}"},
+    )
+
+
 @router.post("/{customer}/refresh", status_code=202, response_model=JobOut)
-async def refresh(customer: CustomerId, state: State, key: Refresher) -> JSONResponse:
+async def refresh(customer: CustomerId, state: State, key: CustomerRefresher) -> JSONResponse:
     """Start refreshing the customer: 202 with the job at once. A refresh already queued or
     running for this customer is returned instead of a second one."""
-    check_customer(key, customer)
-    await known_customer(state, customer)
     job = await state.queue.submit(
         BANK_REFRESH, {"customer": customer}, dedupe_key=refresh_key(customer)
     )
@@ -84,13 +211,11 @@ async def refresh(customer: CustomerId, state: State, key: Refresher) -> JSONRes
 
 
 @router.get("/{customer}/status", response_model=CustomerStatus)
-async def status(customer: CustomerId, state: State, key: Reader) -> CustomerStatus:
+async def status(customer: CustomerId, state: State, key: CustomerReader) -> CustomerStatus:
     """Per access: state, last result code and counts; and the customer's "all updated" flag,
     true once no refresh is queued or running and every access has ended."""
     from scrapeflow.banking import ScrapeState, accesses_of, find_customer
 
-    check_customer(key, customer)
-    await known_customer(state, customer)
     async with state.sessions() as session:
         row = await find_customer(session, customer)
         customer_state = ScrapeState(row.scrape_state)
@@ -102,30 +227,29 @@ async def status(customer: CustomerId, state: State, key: Reader) -> CustomerSta
         state=customer_state.value,
         all_updated=customer_state is ScrapeState.ALL_UPDATED and not busy,
         refresh_job=None if job is None else JobOut.of(job),
-        accesses=[
-            AccessOut(
-                access_id=a.access_id,
-                bank=a.bank,
-                login=a.login,
-                state=a.state.value,
-                result=a.result.value if a.result else None,
-                detail=a.detail,
-                accounts=a.accounts,
-                movements=a.movements,
-                finished_at=a.finished_at,
-            )
-            for a in accesses
-        ],
+        accesses=[_access_out(a) for a in accesses],
+    )
+
+
+def _access_out(a: AccessView) -> AccessOut:
+    return AccessOut(
+        access_id=a.access_id,
+        bank=a.bank,
+        login=a.login,
+        state=a.state.value,
+        result=a.result.value if a.result else None,
+        detail=a.detail,
+        accounts=a.accounts,
+        movements=a.movements,
+        finished_at=a.finished_at,
     )
 
 
 @router.get("/{customer}/accounts", response_model=list[AccountOut])
-async def accounts(customer: CustomerId, state: State, key: Reader) -> list[AccountOut]:
+async def accounts(customer: CustomerId, state: State, key: CustomerReader) -> list[AccountOut]:
     """The customer's accounts and balances (money as decimal strings)."""
     from scrapeflow.banking import accounts_of
 
-    check_customer(key, customer)
-    await known_customer(state, customer)
     return [
         AccountOut(
             access_id=a.access_id,
@@ -147,7 +271,7 @@ async def accounts(customer: CustomerId, state: State, key: Reader) -> list[Acco
 async def movements(
     customer: CustomerId,
     state: State,
-    key: Reader,
+    key: CustomerReader,
     since: Annotated[date | None, Query(description="operated on or after")] = None,
     until: Annotated[date | None, Query(description="operated on or before")] = None,
     account: Annotated[list[str] | None, Query(description="bank ref or IBAN")] = None,
@@ -157,8 +281,6 @@ async def movements(
     """The customer's movements, newest first, a page at a time (``next_cursor``)."""
     from scrapeflow.banking import movements_of
 
-    check_customer(key, customer)
-    await known_customer(state, customer)
     if since and until and since > until:
         raise Problem(422, "invalid-request", "since is after until")
     after = _decode_cursor(cursor) if cursor else None

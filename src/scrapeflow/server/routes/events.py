@@ -13,11 +13,11 @@ from typing import Annotated
 from fastapi import APIRouter, Depends, Header, Query
 from fastapi.sse import EventSourceResponse, ServerSentEvent
 
-from scrapeflow.server._deps import State, caller_with, check_customer
+from scrapeflow.server._deps import State, caller_with
 from scrapeflow.server._events import Event
 from scrapeflow.server._keys import ApiKey, Scope
 from scrapeflow.server._problems import Problem
-from scrapeflow.server.routes.customers import known_customer
+from scrapeflow.server.routes.customers import CustomerReader
 from scrapeflow.server.routes.jobs import visible_job
 
 __all__ = ["customer_events", "job_events", "router"]
@@ -42,13 +42,6 @@ def _sse(event: Event) -> ServerSentEvent:
     return ServerSentEvent(id=str(event.id), event=event.kind, data=event.as_dict())
 
 
-async def _readable_customer(customer: str, state: State, key: Reader) -> str:
-    """Checked before the stream starts: once it has, an error can no longer be a 4xx."""
-    check_customer(key, customer)
-    await known_customer(state, customer)
-    return customer
-
-
 async def _readable_job(job_id: str, state: State, key: Reader) -> str:
     return (await visible_job(state, key, job_id)).id
 
@@ -59,7 +52,8 @@ def _start_from(last_event_id: LastEventId = None, after: After = None) -> int:
 
 @router.get("/v1/customers/{customer}/events", response_class=EventSourceResponse)
 async def customer_events(
-    customer: Annotated[str, Depends(_readable_customer)],
+    customer: str,
+    key: CustomerReader,  # checked before the stream starts: after, errors can't be 4xx
     state: State,
     start: Annotated[int, Depends(_start_from)],
 ) -> AsyncIterator[ServerSentEvent]:

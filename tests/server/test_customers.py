@@ -1,0 +1,95 @@
+"""Customers and accesses through the API (credentials write-only), and the one-time code that
+resumes a two-factor access."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from pathlib import Path
+
+from scrapeflow.sandbox import Sandbox, SandboxAdmin
+
+from .conftest import Service
+
+
+def wait_job(client, job_id: str, seconds: float = 60) -> dict:  # type: ignore[no-untyped-def]
+    deadline = time.monotonic() + seconds
+    while time.monotonic() < deadline:
+        job = client.get(f"/v1/jobs/{job_id}").json()
+        if job["state"] in ("succeeded", "failed", "cancelled"):
+            return job
+        time.sleep(0.1)
+    raise AssertionError(f"job {job_id} still {job['state']} after {seconds} s")
+
+
+def test_a_customer_added_through_the_api_is_refreshed_and_resumed_with_its_code(
+    service: Service, sandbox: Sandbox, tmp_path: Path
+) -> None:
+    async def login(n: int) -> dict:  # type: ignore[type-arg]
+        async with SandboxAdmin.from_sandbox(sandbox) as admin:
+            return dict(await admin.customer("legacybank", n))
+
+    two_factor = asyncio.run(login(2))
+    with service.client("admin") as client:
+        made = client.post("/v1/customers", json={"id": "ana", "name": "Ana"})
+        assert made.status_code == 201, made.text
+        assert made.json() == {"id": "ana", "name": "Ana", "state": "idle"}
+        assert client.post("/v1/customers", json={"id": "ana"}).status_code == 409
+        bad = client.post("/v1/customers", json={"id": "a\nb"})
+        assert bad.status_code == 422
+
+        access = client.post(
+            "/v1/customers/ana/accesses",
+            json={
+                "bank": "legacybank",
+                "login": two_factor["username"],
+                "password": two_factor["password"],
+            },
+        )
+        assert access.status_code == 201, access.text
+        assert "password" not in access.text and two_factor["password"] not in access.text
+        access_id = access.json()["access_id"]
+        unknown = client.post(
+            "/v1/customers/ana/accesses", json={"bank": "nobank", "login": "x", "password": "y"}
+        )
+        assert unknown.status_code == 422 and unknown.json()["type"] == "unknown-bank"
+
+        job = client.post("/v1/customers/ana/refresh").json()
+        ended = wait_job(client, job["id"])
+        assert ended["state"] == "succeeded"
+        [result] = ended["result"]["accesses"]
+        assert result["result"] == "two_factor_required"
+
+        async def code() -> str:
+            async with SandboxAdmin.from_sandbox(sandbox) as admin:
+                return await admin.otp("legacybank", two_factor["username"])
+
+        sms = asyncio.run(code())
+        wrong = client.post(f"/v1/customers/ana/accesses/{access_id}/otp", json={"code": "12x"})
+        assert wrong.status_code == 422
+        missing = client.post("/v1/customers/ana/accesses/9999/otp", json={"code": "123456"})
+        assert missing.status_code == 404
+        resumed = client.post(f"/v1/customers/ana/accesses/{access_id}/otp", json={"code": sms})
+        assert resumed.status_code == 202
+        assert sms not in resumed.text  # the code is sealed in the job, never shown
+        done = wait_job(client, resumed.json()["id"])
+        assert done["state"] == "succeeded", done
+        assert done["result"]["result"] == "success"
+        status = client.get("/v1/customers/ana/status").json()
+        assert [a["result"] for a in status["accesses"]] == ["success"]
+        assert client.get("/v1/customers/ana/accounts").json()
+
+    stored = Path(service.db_url.removeprefix("sqlite+aiosqlite:///")).read_bytes()
+    assert two_factor["password"].encode() not in stored
+    assert sms.encode() not in stored
+
+
+def test_a_restricted_key_lists_only_its_customers(service: Service) -> None:
+    with service.client("read", customer="cust-2") as client:
+        assert [c["id"] for c in client.get("/v1/customers").json()] == ["cust-2"]
+    with service.client("read") as client:
+        assert [c["id"] for c in client.get("/v1/customers").json()] == [
+            "cust-1",
+            "cust-2",
+            "cust-3",
+        ]
