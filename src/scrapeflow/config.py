@@ -147,6 +147,10 @@ class Settings(BaseSettings):
     """Address the service listens on (loopback unless you put it behind a proxy)."""
     api_port: Annotated[int, Field(ge=0, le=65_535)] = 8000
     """Port the service listens on; 0 picks a free one (printed at start)."""
+    job_concurrency: Annotated[int, Field(ge=1, le=1_000)] = 4
+    """Jobs the service runs at once (each refresh runs all its accesses in parallel)."""
+    job_heartbeat: Seconds = 5.0
+    """Seconds between two heartbeats of running jobs; a job silent for 3 of them is run again."""
 
     # -- the bulk fetcher ----------------------------------------------------------------------
     fetch: dict[str, Any] = Field(default_factory=dict)

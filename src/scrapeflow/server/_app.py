@@ -39,7 +39,11 @@ def create_app(settings: Settings) -> FastAPI:
             await events.open()
             store = SqlJobStore(settings.db_url, engine=engine)
             async with EmbeddedJobQueue(
-                store, job_kinds(settings, events), on_change=events.job_changed
+                store,
+                job_kinds(settings, events),
+                concurrency=settings.job_concurrency,
+                heartbeat=settings.job_heartbeat,
+                on_change=events.job_changed,
             ) as queue:
                 app.state.service = ServiceState(
                     settings=settings,

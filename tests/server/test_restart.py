@@ -1,0 +1,53 @@
+"""kill -9 of the service mid-refresh: restarted, the job is found by its stopped heartbeat and
+run again, and the data ends exact, with nothing doubled."""
+
+from __future__ import annotations
+
+import asyncio
+import signal
+import time
+
+from scrapeflow.sandbox import Sandbox
+
+from .conftest import BANKS, Service, start_service, stop_service
+from .test_refresh import truth, wait_all_updated
+
+
+def test_a_refresh_cut_by_kill_9_completes_after_the_restart(
+    service: Service, sandbox: Sandbox
+) -> None:
+    stop_service(service.process)
+    env = {**service.env, "SCRAPEFLOW_JOB_HEARTBEAT": "0.3", "SCRAPEFLOW_HEARTBEAT": "0.3"}
+    process, url = start_service(env)
+    for bank in BANKS:
+        sandbox.sites[bank].guard.latency_ms = (150.0, 250.0)
+    service.url = url
+    try:
+        with service.client("refresh", "read") as client:
+            job = client.post("/v1/customers/cust-1/refresh").json()
+            deadline = time.monotonic() + 30
+            while not client.get(f"/v1/jobs/{job['id']}").json()["progress"].get("accounts"):
+                assert time.monotonic() < deadline, "no account landed"
+                time.sleep(0.05)
+        process.send_signal(signal.SIGKILL)
+        process.wait(timeout=10)
+    finally:
+        stop_service(process)
+
+    for bank in BANKS:
+        sandbox.sites[bank].guard.latency_ms = (0.0, 2.0)
+    process, service.url = start_service(env)
+    service.process = process
+    with service.client("refresh", "read") as client:
+        status = wait_all_updated(client, "cust-1", seconds=60)
+        done = client.get(f"/v1/jobs/{job['id']}").json()
+        assert done["state"] == "succeeded", done
+        assert done["attempts"] == 2
+        assert {a["result"] for a in status["accesses"]} == {"success"}
+        movements = client.get("/v1/customers/cust-1/movements", params={"limit": 1000}).json()
+        accounts = client.get("/v1/customers/cust-1/accounts").json()
+    expected = asyncio.run(truth(sandbox, 1))
+    keys = [(m["bank"], m["account_ref"], m["key"]) for m in movements["movements"]]
+    assert len(keys) == len(set(keys))  # nothing doubled
+    assert len(keys) == sum(len(m) for t in expected.values() for m in t["movements"].values())
+    assert len(accounts) == sum(len(t["accounts"]) for t in expected.values())
