@@ -37,6 +37,7 @@ The tree::
     ├── StorageError                        the blob store cannot be used as asked
     │   ├── StoreUnavailable                no such bucket, access denied, endpoint down
     │   ├── ObjectNotFound (KeyError)       nothing stored under that name (content, fetch log)
+    │   ├── FetchInProgress                 another live run holds this shard of the fetch
     │   └── StorageCorrupt                  a stored object is not what it should be (bad log line)
     ├── SandboxAdminError                   the sandbox's admin API refused a call or did not answer
     ├── JobError                            the job machinery (``scrapeflow.jobs``)
@@ -60,6 +61,7 @@ __all__ = [
     "ConnectionFailed",
     "DuplicateMovement",
     "FetchError",
+    "FetchInProgress",
     "FetchTimeout",
     "HTTPStatusError",
     "InputError",
@@ -288,6 +290,10 @@ class ObjectNotFound(StorageError, KeyError):
 
     def __str__(self) -> str:  # KeyError would quote the whole message
         return str(self.args[0]) if self.args else ""
+
+
+class FetchInProgress(StorageError):
+    """Another run holds this shard of the fetch (its lock): the two would write twice."""
 
 
 class StorageCorrupt(StorageError):

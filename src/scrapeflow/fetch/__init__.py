@@ -7,17 +7,31 @@
 ``scrapeflow fetch`` on the command line. Bodies land unchanged at
 ``{store}/{program}/sha384_content/{sha384}``, with the checksum index, the by-URL index, a
 fetch log per run, optional WARC records and an optional push to a Redis stream.
+
+One run of a shard (fetch id, offset, limit) at a time: a second is refused while the first, or
+any of its worker processes, lives; workers die with their parent; a run killed at any moment
+is completed exactly by the next (:class:`FetchRun`).
 """
 
 from scrapeflow.fetch._input import FetchItem, read_items
 from scrapeflow.fetch._pipeline import FetchReport, fetch_items
-from scrapeflow.fetch._run import OUTCOMES, run_fetch
-from scrapeflow.fetch._settings import FetchSettings
+from scrapeflow.fetch._run import GRACE_SECONDS, OUTCOMES, FetchRun, run_fetch
+from scrapeflow.fetch._settings import (
+    MAX_CONCURRENT_FETCHES,
+    MAX_CONCURRENT_WRITERS,
+    MAX_CPUS,
+    FetchSettings,
+)
 
 __all__ = [
+    "GRACE_SECONDS",
+    "MAX_CONCURRENT_FETCHES",
+    "MAX_CONCURRENT_WRITERS",
+    "MAX_CPUS",
     "OUTCOMES",
     "FetchItem",
     "FetchReport",
+    "FetchRun",
     "FetchSettings",
     "fetch_items",
     "read_items",

@@ -9,12 +9,16 @@ Three formats, told apart by the file's extension or, failing that, by each line
 
 Blank lines and lines starting with ``#`` are skipped and do not count. ``offset`` and
 ``limit`` pick the shard by item number (0-based), like gofetch's FETCH_OFFSET/FETCH_LIMIT.
-The whole file is checked before anything is fetched; the first bad line is named.
+The whole file is checked before anything is fetched; the first bad line is named. The list must
+be a regular file: a FIFO or a device would hang the run or never end (and a resume reads the
+list again).
 """
 
 from __future__ import annotations
 
 import json
+import os
+import stat
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -40,6 +44,7 @@ def read_items(path: Path | str, *, offset: int = 0, limit: int | None = None) -
     path = Path(path)
     if offset < 0 or (limit is not None and limit < 1):
         raise InputError(f"offset must be >= 0 and limit >= 1 (got {offset}, {limit})")
+    _check_regular_file(path)
     items: list[FetchItem] = []
     index = 0
     for lineno, line in list_lines(path):
@@ -50,6 +55,30 @@ def read_items(path: Path | str, *, offset: int = 0, limit: int | None = None) -
     if index == 0:
         raise InputError(f"{path}: no URL in the file")
     return items
+
+
+_KINDS = {
+    stat.S_IFIFO: "a FIFO",
+    stat.S_IFCHR: "a character device",
+    stat.S_IFBLK: "a block device",
+    stat.S_IFSOCK: "a socket",
+}
+
+
+def _check_regular_file(path: Path) -> None:
+    """Refuse what is not a regular file before opening it: opening a FIFO blocks until a
+    writer comes, and ``/dev/zero`` never ends."""
+    try:
+        mode = os.stat(path).st_mode
+    except FileNotFoundError:
+        raise InputError(f"{path}: no such file") from None
+    except OSError as exc:
+        raise InputError(f"{path}: cannot read ({exc.strerror})") from None
+    if stat.S_ISDIR(mode):
+        raise InputError(f"{path}: is a directory, not a URL list")
+    if not stat.S_ISREG(mode):
+        kind = _KINDS.get(stat.S_IFMT(mode), "not a regular file")
+        raise InputError(f"{path}: is {kind}, not a URL list file")
 
 
 def _parse(path: Path, lineno: int, line: str, index: int) -> FetchItem:
@@ -75,6 +104,8 @@ def _parse(path: Path, lineno: int, line: str, index: int) -> FetchItem:
             raise InputError(f"{where}: the processor meta is not JSON ({exc.msg})") from None
     if not isinstance(processor, str):
         raise InputError(f"{where}: the processor name must be a string")
+    if any(c in processor for c in "\t\r\n"):
+        raise InputError(f"{where}: the processor name holds a tab or a line break")
     if not isinstance(meta, dict):
         raise InputError(f"{where}: the processor meta must be a JSON object")
     if (problem := check_url(url)) is not None:

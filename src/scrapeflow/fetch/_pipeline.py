@@ -5,6 +5,9 @@ and hand whole answers to ``concurrent_writers`` writers, which store 2xx bodies
 their SHA-384, add index lines, append WARC records, push to Redis and log every URL's outcome.
 A slow store does not stall the network side until the queue (four answers per fetcher) is
 full. URLs that an earlier run of the same fetch id stored are skipped (resume).
+
+A stored item is journaled before its index lines and marked done by its log line, so a run
+killed half-way through an item is completed exactly by the next run (``storage``'s journal).
 """
 
 from __future__ import annotations
@@ -25,13 +28,18 @@ from scrapeflow.storage import (
     BlobStore,
     FetchLog,
     FetchRecord,
+    Index,
     IndexEntry,
+    IndexJournal,
     WarcWriter,
     logged_urls,
     make_indexes,
 )
 
-__all__ = ["FetchReport", "fetch_items"]
+__all__ = ["STOP_GRACE", "FetchReport", "fetch_items", "fetch_share"]
+
+STOP_GRACE = 4.0
+"""Seconds a stopped process gives the items it is storing to finish."""
 
 ProgressCallback = Callable[[str], None]  # called with "stored", "duplicate", "failed", "skipped"
 
@@ -72,50 +80,125 @@ async def fetch_items(
     on_progress: ProgressCallback | None = None,
     http: HttpConfig | None = None,
 ) -> FetchReport:
-    """Fetch ``items`` into the store of ``settings``. ``log_limit`` names the run's log."""
+    """Fetch ``items`` into the store of ``settings``, skipping what an earlier run of the shard
+    stored. ``log_limit`` names the run's log.
+
+    This is one process's work. The run around it — the shard's lock, completing what a killed
+    run left half-stored, the processes — is :class:`~scrapeflow.fetch.FetchRun` (or
+    :func:`~scrapeflow.fetch.run_fetch`): call this directly only if nothing else can run the
+    same shard meanwhile.
+    """
     report = FetchReport(items=len(items))
-    async with contextlib.AsyncExitStack() as stack:
-        store = await stack.enter_async_context(
-            BlobStore(settings.store, settings.program, storage_options=settings.storage_options)
-        )
-        shard = (settings.fetch_id, settings.offset, log_limit)
-        done_before = await logged_urls(store, *shard)
+    async with BlobStore(
+        settings.store, settings.program, storage_options=settings.storage_options
+    ) as store:
+        done_before = await logged_urls(store, settings.fetch_id, settings.offset, log_limit)
         todo = [item for item in items if item.url not in done_before]
         report.skipped = len(items) - len(todo)
         for _ in range(report.skipped):
             _progress(on_progress, "skipped")
-        if not todo:
-            return report
+        await fetch_share(
+            store,
+            settings,
+            todo,
+            log_limit=log_limit,
+            report=report,
+            on_progress=on_progress,
+            http=http,
+        )
+    return report
+
+
+async def fetch_share(
+    store: BlobStore,
+    settings: FetchSettings,
+    todo: Sequence[FetchItem],
+    *,
+    log_limit: int,
+    report: FetchReport,
+    on_progress: ProgressCallback | None = None,
+    http: HttpConfig | None = None,
+) -> None:
+    """Fetch every item of ``todo`` (none is skipped) into ``store``, counting in ``report``.
+
+    Never more fetchers or writers than items: two URLs get two fetchers, whatever
+    ``concurrent_fetches`` says.
+    """
+    if not todo:
+        return
+    shard = (settings.fetch_id, settings.offset, log_limit)
+    fetchers = min(settings.concurrent_fetches, len(todo))
+    writers = min(settings.concurrent_writers, len(todo))
+    async with contextlib.AsyncExitStack() as stack:
         log = await stack.enter_async_context(FetchLog(store, *shard))
+        journal = IndexJournal(store, *shard).open()
+        stack.callback(journal.close)
         warc = await stack.enter_async_context(WarcWriter(store, *shard)) if settings.warc else None
         redis = await stack.enter_async_context(_redis(settings)) if settings.redis_url else None
         indexes = make_indexes(settings.indexes, store)
-        config = http or HttpConfig(
-            max_connections=settings.concurrent_fetches,
-            host=HostPolicy(concurrency=settings.concurrent_fetches),
-        )
+        config = http or HttpConfig(max_connections=fetchers, host=HostPolicy(concurrency=fetchers))
         client = await stack.enter_async_context(HttpClient(config))
-        queue: asyncio.Queue[_Fetched | None] = asyncio.Queue(settings.concurrent_fetches * 4)
+        queue: asyncio.Queue[_Fetched | None] = asyncio.Queue(fetchers * 4)
         pending = iter(todo)
+        sinks = _Sinks(store, indexes, log, journal, warc, redis)
 
-        async def fetcher() -> None:
-            for item in pending:
-                await queue.put(await _fetch(client, item))
+        stopping = False
+        storing: set[asyncio.Task[None] | None] = set()  # the writers inside an item
+
+        async def fetch_all() -> None:
+            async def fetcher() -> None:
+                for item in pending:
+                    await queue.put(await _fetch(client, item))
+
+            await asyncio.gather(*(fetcher() for _ in range(fetchers)))
+            for _ in range(writers):
+                await queue.put(None)
 
         async def writer() -> None:
-            while (fetched := await queue.get()) is not None:
-                outcome = await _store(fetched, store, indexes, log, warc, redis, settings)
+            me = asyncio.current_task()
+            while not stopping and (fetched := await queue.get()) is not None:
+                storing.add(me)
+                try:
+                    outcome = await _store(fetched, sinks, settings)
+                finally:
+                    storing.discard(me)
                 _count(report, fetched, outcome)
                 _progress(on_progress, outcome)
 
-        writers = [asyncio.create_task(writer()) for _ in range(settings.concurrent_writers)]
+        tasks = [asyncio.create_task(fetch_all())]
+        tasks += [asyncio.create_task(writer()) for _ in range(writers)]
         try:
-            await asyncio.gather(*(fetcher() for _ in range(settings.concurrent_fetches)))
-        finally:
-            for _ in writers:
-                await queue.put(None)
-            await asyncio.gather(*writers)
-    return report
+            # asyncio.wait, not gather: cancelling this wait must not cancel a writer mid-item.
+            done, _ = await asyncio.wait(tasks, return_when=asyncio.FIRST_EXCEPTION)
+            for task in done:
+                if (error := task.exception()) is not None:
+                    raise error
+        except BaseException:
+            # Cancelled (Ctrl-C, SIGTERM) or failed: stop fetching and taking items, and give
+            # the items being stored STOP_GRACE seconds to finish. An item cut after that is
+            # completed by the next run (the journal); one fetched but not stored is fetched
+            # again.
+            stopping = True
+            for task in tasks:
+                if task not in storing:
+                    task.cancel()
+            await asyncio.wait(tasks, timeout=STOP_GRACE)
+            for task in tasks:
+                task.cancel()
+            await asyncio.gather(*tasks, return_exceptions=True)
+            raise
+
+
+@dataclass(frozen=True, slots=True)
+class _Sinks:
+    """Where a stored item goes."""
+
+    store: BlobStore
+    indexes: list[Index]
+    log: FetchLog
+    journal: IndexJournal
+    warc: WarcWriter | None
+    redis: Any
 
 
 async def _fetch(client: HttpClient, item: FetchItem) -> _Fetched:
@@ -131,15 +214,7 @@ async def _fetch(client: HttpClient, item: FetchItem) -> _Fetched:
     return _Fetched(item, started, time.perf_counter_ns() - clock, response, error)
 
 
-async def _store(
-    fetched: _Fetched,
-    store: BlobStore,
-    indexes: list[Any],
-    log: FetchLog,
-    warc: WarcWriter | None,
-    redis: Any,
-    settings: FetchSettings,
-) -> str:
+async def _store(fetched: _Fetched, sinks: _Sinks, settings: FetchSettings) -> str:
     item, response = fetched.item, fetched.response
     processor = item.processor or settings.default_processor
 
@@ -157,9 +232,10 @@ async def _store(
 
     if response is None or not 200 <= response.status < 300:
         error = fetched.error if response is None else f"HTTP {response.status}"
-        await log.write(record(error=error))
+        await sinks.log.write(record(error=error))
         return "failed"
-    stored = await store.put(response.body)
+    stored = await sinks.store.put(response.body)
+    done = record(checksum=stored.checksum, location=stored.location)
     entry = IndexEntry(
         checksum=stored.checksum,
         content_location=stored.location,
@@ -171,10 +247,13 @@ async def _store(
         fetch_id=settings.fetch_id,
         parser_meta=item.meta,
     )
-    for index in indexes:
+    # From the journal line to the log line, a crash is repaired by the next run: its index
+    # lines and its log line end up written once each (see scrapeflow.storage's journal).
+    sinks.journal.begin(done)
+    for index in sinks.indexes:
         await index.add(entry)
-    if warc is not None:
-        await warc.write(
+    if sinks.warc is not None:
+        await sinks.warc.write(
             item.url,
             status=response.status,
             headers=list(response.headers.items()),
@@ -182,9 +261,10 @@ async def _store(
             final_url=response.url,
             started=fetched.started,
         )
-    if redis is not None:
-        await redis.push(entry)
-    await log.write(record(checksum=stored.checksum, location=stored.location))
+    if sinks.redis is not None:
+        await sinks.redis.push(entry)
+    await sinks.log.write(done)
+    sinks.journal.end()
     return "stored" if stored.created else "duplicate"
 
 
@@ -204,6 +284,11 @@ def _count(report: FetchReport, fetched: _Fetched, outcome: str) -> None:
         report.duplicates += 1
 
 
+def redis_stream(settings: FetchSettings) -> str:
+    """The Redis stream stored items are announced on."""
+    return f"scrapeflow:{settings.program}:fetched"
+
+
 def _progress(callback: ProgressCallback | None, outcome: str) -> None:
     if callback is not None:
         callback(outcome)
@@ -213,7 +298,7 @@ def _progress(callback: ProgressCallback | None, outcome: str) -> None:
 async def _redis(settings: FetchSettings) -> AsyncIterator[Any]:
     from scrapeflow.fetch._redis import RedisPush
 
-    push = RedisPush(settings.redis_url or "", stream=f"scrapeflow:{settings.program}:fetched")
+    push = RedisPush(settings.redis_url or "", stream=redis_stream(settings))
     try:
         await push.connect()
         yield push

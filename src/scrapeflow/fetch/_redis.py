@@ -18,6 +18,9 @@ from scrapeflow.storage import IndexEntry
 
 __all__ = ["RedisPush"]
 
+_CONNECT_TIMEOUT = 10.0
+_COMMAND_TIMEOUT = 60.0
+
 
 class RedisPush:
     """Pushes stored items to the Redis stream ``stream`` at ``url``."""
@@ -31,7 +34,10 @@ class RedisPush:
             raise ConfigError(f"REDIS_URL must be a redis:// URL, got {redact(url)!r}")
         self.stream = stream
         self._url = url
-        self._client: Any = redis_asyncio.from_url(url)
+        # Bounded waits: a host that swallows packets must not hang the check or a writer.
+        self._client: Any = redis_asyncio.from_url(
+            url, socket_connect_timeout=_CONNECT_TIMEOUT, socket_timeout=_COMMAND_TIMEOUT
+        )
 
     async def connect(self) -> None:
         try:

@@ -1,86 +1,440 @@
-"""``MAX_CPUS`` processes, each an event loop with its own fetchers and writers.
+"""A run of one shard: its lock, the repair of what a killed run left, then worker processes.
 
-The shard's items are split into contiguous parts, one per process; every process writes to
-the same fetch log, indexes and WARC file (the storage layer makes that safe). Progress comes
-back through shared counters, so the parent can draw one bar for all of them.
+:class:`FetchRun` checks what could still be wrong before anything is written (Redis answers,
+the store can be written), takes the shard's lock (:class:`~scrapeflow.storage.ShardLock`: a
+second run of the shard is refused, not run beside this one), completes the items a killed run
+left half-stored (:func:`~scrapeflow.storage.repair_shard`), and works out what is left to fetch.
+:meth:`FetchRun.fetch` then fetches it in this process, or in up to ``settings.processes``
+worker processes (never more than there are URLs), each an event loop with its own fetchers and
+writers, splitting the URLs into contiguous parts.
+
+Workers never outlive the run:
+
+* they are started with ``spawn`` (a fresh interpreter, no inherited threads or locks), and each
+  asks the kernel for ``SIGKILL`` when its parent dies (Linux ``prctl(PR_SET_PDEATHSIG)``), and
+  also watches the pipe its parent holds (any POSIX system): ``kill -9`` of the parent takes its
+  workers with it;
+* they inherit the shard's lock: it is held until the last of them has exited, so a resume
+  started at once can never write beside a worker that is still dying;
+* Ctrl-C or SIGTERM: the parent sends its workers SIGTERM; each cancels its fetches, gives the
+  items it is storing a few seconds to finish, and exits; after :data:`GRACE_SECONDS` the
+  stragglers are killed (an item cut then is completed by the next run). Workers ignore SIGINT:
+  the parent decides. A run in one process stops the same way.
+
+Progress comes back through shared memory, a row of counters per worker, so the parent can draw
+one bar for all of them.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import ctypes
 import multiprocessing
+import multiprocessing.connection
+import os
+import signal
+import sys
 import threading
-from collections.abc import Callable, Sequence
-from concurrent.futures import ProcessPoolExecutor
+import time
+from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass
+from multiprocessing import reduction
+from types import FrameType, TracebackType
 from typing import Any
 
+from scrapeflow.errors import ConfigError
 from scrapeflow.fetch._input import FetchItem
-from scrapeflow.fetch._pipeline import FetchReport, fetch_items
+from scrapeflow.fetch._pipeline import STOP_GRACE, FetchReport, fetch_share, redis_stream
 from scrapeflow.fetch._settings import FetchSettings
+from scrapeflow.storage import (
+    BlobStore,
+    ShardLock,
+    journal_dir,
+    logged_urls,
+    make_indexes,
+    remove_journal,
+    repair_shard,
+)
 
-__all__ = ["OUTCOMES", "run_fetch"]
+__all__ = ["GRACE_SECONDS", "OUTCOMES", "FetchRun", "run_fetch"]
 
 OUTCOMES = ("stored", "duplicate", "failed", "skipped")
-_counters: Any = None  # set in each child by _init_child
+GRACE_SECONDS = STOP_GRACE + 2.0
+"""After Ctrl-C or SIGTERM, how long workers may take to store what they hold and exit."""
+_PR_SET_PDEATHSIG = 1  # <linux/prctl.h>
+_TICK = 0.1  # seconds between two progress reports
+
+CountsCallback = Callable[[dict[str, int]], None]
 
 
 def run_fetch(
     settings: FetchSettings,
     items: Sequence[FetchItem],
     *,
-    on_counts: Callable[[dict[str, int]], None] | None = None,
+    on_counts: CountsCallback | None = None,
 ) -> FetchReport:
-    """Fetch ``items`` (the whole shard) with ``settings.max_cpus`` processes."""
-    log_limit = settings.limit if settings.limit is not None else len(items)
-    cpus = max(1, min(settings.max_cpus, len(items)))
-    if cpus == 1:
-        counts = dict.fromkeys(OUTCOMES, 0)
+    """Fetch ``items`` (the whole shard): ``with FetchRun(settings, items) as run: run.fetch()``.
 
+    Raises :class:`~scrapeflow.storage.FetchInProgress` if another run holds the shard,
+    :class:`~scrapeflow.errors.StorageError` if the store cannot be used, and
+    ``KeyboardInterrupt`` on Ctrl-C (or SIGTERM, when called from the main thread).
+    """
+    with FetchRun(settings, items) as run:
+        return run.fetch(on_counts=on_counts)
+
+
+class FetchRun:
+    """One run of a shard, from its checks to its last worker (see the module docstring).
+
+    >>> with FetchRun(settings, read_items("urls.txt")) as run:  # doctest: +SKIP
+    ...     print(f"{len(run.todo)} to fetch, {run.skipped} done before")
+    ...     report = run.fetch()
+
+    Entering checks, locks and repairs (nothing is written before the checks pass); leaving
+    releases the lock, and forgets the journal when :meth:`fetch` ended normally.
+    """
+
+    def __init__(self, settings: FetchSettings, items: Sequence[FetchItem]) -> None:
+        self.settings = settings
+        self.items = items
+        self.log_limit = settings.limit if settings.limit is not None else len(items)
+        self.todo: list[FetchItem] = []
+        """The items left to fetch (known once entered)."""
+        self.skipped = 0
+        """Items an earlier run of the shard stored."""
+        self.repaired = 0
+        """Items a killed run left half-stored, completed on entering."""
+        self._lock: ShardLock | None = None
+        self._journal = ""
+        self._finished = False
+
+    def __repr__(self) -> str:
+        s = self.settings
+        return f"FetchRun({s.fetch_id!r}, offset={s.offset}, limit={self.log_limit})"
+
+    def __enter__(self) -> FetchRun:
+        with _sigterm_interrupts():
+            asyncio.run(self._prepare())
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        lock, self._lock = self._lock, None
+        if lock is None:
+            return
+        if self._finished:
+            remove_journal(self._journal)  # every item it holds has its log line
+        # Every worker has exited by now (fetch() waits for them): nobody holds the lock.
+        lock.release(remove=True)
+
+    async def _prepare(self) -> None:
+        s = self.settings
+        shard = (s.fetch_id, s.offset, self.log_limit)
+        if s.redis_url:
+            await _check_redis(s)
+        async with BlobStore(s.store, s.program, storage_options=s.storage_options) as store:
+            await store.check()  # the first write, if the store's directory must be made
+            lock = ShardLock(store, *shard).acquire()
+            try:
+                indexes = make_indexes(s.indexes, store)
+                completed = await repair_shard(store, *shard, indexes)
+                if completed and s.redis_url:
+                    await _push(s, completed)
+                done = await logged_urls(store, *shard)
+            except BaseException:
+                lock.release(remove=False)
+                raise
+        self._lock = lock
+        self._journal = journal_dir(store, *shard)
+        self.repaired = len(completed)
+        self.todo = [item for item in self.items if item.url not in done]
+        self.skipped = len(self.items) - len(self.todo)
+
+    def fetch(self, *, on_counts: CountsCallback | None = None) -> FetchReport:
+        """Fetch what is left; ``on_counts`` gets the counts of :data:`OUTCOMES` as they move
+        (per URL in one process, ten times a second with workers)."""
+        if self._lock is None:
+            raise ConfigError(f"{self!r}.fetch() outside 'with FetchRun(...)'")
+        report = FetchReport(items=len(self.items), skipped=self.skipped)
+        counts = dict.fromkeys(OUTCOMES, 0)
+        counts["skipped"] = self.skipped
+        if on_counts is not None:
+            on_counts(counts)
+        if self.todo:
+            processes = min(self.settings.processes, len(self.todo))
+            if processes == 1:
+                report.add(self._in_process(counts, on_counts))
+            else:
+                report.add(self._in_workers(processes, counts, on_counts))
+        self._finished = True
+        return report
+
+    def _in_process(self, counts: dict[str, int], on_counts: CountsCallback | None) -> FetchReport:
         def count(outcome: str) -> None:
             counts[outcome] += 1
             if on_counts is not None:
                 on_counts(counts)
 
-        return asyncio.run(fetch_items(settings, items, log_limit=log_limit, on_progress=count))
-    context = multiprocessing.get_context("spawn")
-    shared = context.Array("q", len(OUTCOMES))
-    size = -(-len(items) // cpus)
-    parts = [list(items[i : i + size]) for i in range(0, len(items), size)]
+        return _fetch_share(self.settings, self.todo, self.log_limit, count)
+
+    def _in_workers(
+        self, processes: int, counts: dict[str, int], on_counts: CountsCallback | None
+    ) -> FetchReport:
+        if self._lock is None or self._lock.fd is None:
+            raise ConfigError(f"{self!r} does not hold its lock")
+        context = multiprocessing.get_context("spawn")
+        rows = context.RawArray("q", processes * len(OUTCOMES))  # a row per worker: no lock
+        size = -(-len(self.todo) // processes)
+        parts = [self.todo[i : i + size] for i in range(0, len(self.todo), size)]
+        workers: list[_Worker] = []
+        with _sigterm_interrupts():
+            try:
+                for row, part in enumerate(parts):
+                    receive, send = context.Pipe(duplex=False)
+                    process = context.Process(
+                        target=_worker,
+                        args=(
+                            self.settings,
+                            part,
+                            self.log_limit,
+                            rows,
+                            row,
+                            send,
+                            _Inherited(self._lock.fd),
+                            os.getpid(),
+                        ),
+                        name=f"scrapeflow-fetch-{row}",
+                        daemon=True,
+                    )
+                    with _sigint_ignored_by_children():
+                        process.start()
+                    send.close()
+                    workers.append(_Worker(process, receive))
+                return _supervise(workers, rows, counts, on_counts)
+            finally:
+                _stop(workers)
+
+
+@dataclass
+class _Worker:
+    process: Any  # multiprocessing's SpawnProcess
+    results: multiprocessing.connection.Connection
+    message: tuple[str, Any] | None = None
+
+
+def _supervise(
+    workers: list[_Worker], rows: Any, counts: dict[str, int], on_counts: CountsCallback | None
+) -> FetchReport:
+    """Wait for every worker's report, drawing progress; the first failure stops the rest."""
+    waiting = {id(w.results): w for w in workers}
+    while waiting:
+        ready = multiprocessing.connection.wait([w.results for w in waiting.values()], _TICK)
+        for handle in ready:
+            worker = waiting.pop(id(handle))
+            try:
+                worker.message = worker.results.recv()
+            except (EOFError, OSError):  # it died before it could say anything
+                worker.process.join(1)
+                raise RuntimeError(
+                    f"fetch worker {worker.process.pid} died (exit code "
+                    f"{worker.process.exitcode}); run the same command again to resume"
+                ) from None
+            kind, payload = worker.message
+            if kind == "error":
+                raise payload
+            if kind == "interrupted":
+                raise KeyboardInterrupt  # stopped from outside: the run is cut short
+        _tally(rows, len(workers), counts)
+        if on_counts is not None:
+            on_counts(counts)
     report = FetchReport()
-    stop = threading.Event()
-    watcher = threading.Thread(target=_watch, args=(shared, on_counts, stop), daemon=True)
-    watcher.start()
-    try:
-        with ProcessPoolExecutor(
-            len(parts), mp_context=context, initializer=_init_child, initargs=(shared,)
-        ) as pool:
-            futures = [pool.submit(_child, settings, part, log_limit) for part in parts]
-            for future in futures:
-                report.add(future.result())
-    finally:
-        stop.set()
-        watcher.join()
-    if on_counts is not None:
-        on_counts(dict(zip(OUTCOMES, shared[:], strict=True)))
+    for worker in workers:
+        if worker.message is not None:
+            report.add(worker.message[1])
     return report
 
 
-def _watch(shared: Any, on_counts: Callable[[dict[str, int]], None] | None, stop: Any) -> None:
-    while not stop.wait(0.1):
-        if on_counts is not None:
-            on_counts(dict(zip(OUTCOMES, shared[:], strict=True)))
+def _tally(rows: Any, workers: int, counts: dict[str, int]) -> None:
+    width = len(OUTCOMES)
+    for n, name in enumerate(OUTCOMES):
+        if name != "skipped":
+            counts[name] = sum(rows[w * width + n] for w in range(workers))
 
 
-def _init_child(shared: Any) -> None:
-    global _counters
-    _counters = shared
+def _stop(workers: list[_Worker]) -> None:
+    """End every worker: SIGTERM, :data:`GRACE_SECONDS` to finish, then SIGKILL; wait for all."""
+    alive = [w.process for w in workers if w.process.is_alive()]
+    try:
+        for process in alive:
+            process.terminate()
+        deadline = time.monotonic() + GRACE_SECONDS
+        for process in alive:
+            process.join(max(0.0, deadline - time.monotonic()))
+    except KeyboardInterrupt:
+        pass  # a second Ctrl-C: no more grace
+    finally:
+        for worker in workers:
+            if worker.process.is_alive():
+                worker.process.kill()
+            worker.process.join()
+            worker.results.close()
+            worker.process.close()
 
 
-def _child(settings: FetchSettings, items: list[FetchItem], log_limit: int) -> FetchReport:
-    positions = {name: n for n, name in enumerate(OUTCOMES)}
+def _worker(
+    settings: FetchSettings,
+    items: list[FetchItem],
+    log_limit: int,
+    rows: Any,
+    row: int,
+    results: multiprocessing.connection.Connection,
+    lock: _Inherited,
+    parent: int,
+) -> None:
+    """A worker process: fetch ``items``, count in row ``row``, send back what happened.
+    ``lock`` (the shard's) stays open until the process exits."""
+    _die_with_parent(parent)
+    signal.signal(signal.SIGINT, signal.SIG_IGN)  # the parent decides: it sends SIGTERM
+    base = row * len(OUTCOMES)
+    positions = {name: base + n for n, name in enumerate(OUTCOMES)}
 
     def count(outcome: str) -> None:
-        with _counters.get_lock():
-            _counters[positions[outcome]] += 1
+        rows[positions[outcome]] += 1
 
-    return asyncio.run(fetch_items(settings, items, log_limit=log_limit, on_progress=count))
+    message: tuple[str, Any]
+    try:
+        message = ("report", _fetch_share(settings, items, log_limit, count))
+    except KeyboardInterrupt:
+        message = ("interrupted", None)
+    except BaseException as exc:  # every failure goes back to the parent
+        message = ("error", exc)
+    try:
+        results.send(message)
+    except Exception:  # an exception that does not pickle: send its text
+        error = message[1]
+        results.send(("error", RuntimeError(f"{type(error).__name__}: {error}")))
+    results.close()
+    del lock  # held to here on purpose; the process's exit closes it
+
+
+def _fetch_share(
+    settings: FetchSettings,
+    items: Sequence[FetchItem],
+    log_limit: int,
+    on_progress: Callable[[str], None],
+) -> FetchReport:
+    """Fetch ``items`` in an event loop of this thread. In the main thread SIGTERM cancels the
+    work like Ctrl-C (what is stored is logged); both end in ``KeyboardInterrupt``."""
+
+    async def share() -> FetchReport:
+        task = asyncio.current_task()
+        if task is not None and threading.current_thread() is threading.main_thread():
+            asyncio.get_running_loop().add_signal_handler(signal.SIGTERM, task.cancel)
+        report = FetchReport()
+        async with BlobStore(
+            settings.store, settings.program, storage_options=settings.storage_options
+        ) as store:
+            await fetch_share(
+                store, settings, items, log_limit=log_limit, report=report, on_progress=on_progress
+            )
+        return report
+
+    try:
+        return asyncio.run(share())
+    except asyncio.CancelledError:
+        raise KeyboardInterrupt from None
+
+
+def _die_with_parent(parent: int) -> None:
+    """Make this process die with ``parent``: the kernel's parent-death signal on Linux, and a
+    thread watching the pipe the parent holds open (EOF when it dies) everywhere."""
+    if sys.platform == "linux":
+        libc = ctypes.CDLL(None, use_errno=True)
+        libc.prctl(_PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
+    if os.getppid() != parent:  # the parent died before we asked: nobody will tell us
+        os._exit(1)
+    origin = multiprocessing.parent_process()
+    if origin is not None and origin.sentinel is not None:
+        threading.Thread(
+            target=_watch_parent, args=(origin.sentinel,), name="parent-watch", daemon=True
+        ).start()
+
+
+def _watch_parent(sentinel: int) -> None:
+    multiprocessing.connection.wait([sentinel])
+    os.kill(os.getpid(), signal.SIGKILL)
+
+
+class _Inherited:
+    """A file descriptor a spawned worker inherits (the shard lock's open file)."""
+
+    def __init__(self, fd: int) -> None:
+        self.fd = fd
+
+    def __reduce__(self) -> tuple[Callable[[Any], _Inherited], tuple[Any]]:
+        # Only while a process is being spawned: multiprocessing passes the descriptor on.
+        return _rebuild_inherited, (reduction.DupFd(self.fd),)
+
+
+def _rebuild_inherited(dup: Any) -> _Inherited:
+    return _Inherited(dup.detach())
+
+
+@contextlib.contextmanager
+def _sigterm_interrupts() -> Iterator[None]:
+    """SIGTERM raises ``KeyboardInterrupt`` in the main thread, as Ctrl-C does (elsewhere: as
+    it was)."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+
+    def interrupt(signum: int, frame: FrameType | None) -> None:
+        raise KeyboardInterrupt
+
+    previous = signal.signal(signal.SIGTERM, interrupt)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+
+
+@contextlib.contextmanager
+def _sigint_ignored_by_children() -> Iterator[None]:
+    """Start children with SIGINT ignored (an ignored signal stays ignored across exec, and
+    Python then leaves it so): a Ctrl-C while a worker starts does not print its traceback."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    previous = signal.signal(signal.SIGINT, signal.SIG_IGN)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGINT, previous)
+
+
+async def _check_redis(settings: FetchSettings) -> None:
+    """Refuse an unreachable Redis before anything is written."""
+    from scrapeflow.fetch._redis import RedisPush
+
+    push = RedisPush(settings.redis_url or "", stream=redis_stream(settings))
+    try:
+        await push.connect()
+    finally:
+        await push.close()
+
+
+async def _push(settings: FetchSettings, entries: Sequence[Any]) -> None:
+    from scrapeflow.fetch._redis import RedisPush
+
+    push = RedisPush(settings.redis_url or "", stream=redis_stream(settings))
+    try:
+        await push.connect()
+        for entry in entries:
+            await push.push(entry)
+    finally:
+        await push.close()

@@ -40,6 +40,13 @@ lines for the same key at once:
 S3 needs strong read-after-write consistency (AWS since 2020, MinIO) and, for concurrent
 compactions, conditional writes (AWS since 2024, MinIO, R2); on a store without ``If-Match``
 run compaction from one place at a time. Adding lines never depends on either.
+
+**One run of a shard at a time, exact after a crash**: :class:`ShardLock` (a ``flock`` beside the
+shard's log, inherited by the run's workers) refuses a second run of a shard with
+:class:`FetchInProgress`; :class:`IndexJournal` records an item before its index lines, and
+:func:`repair_shard` completes, line for line, what a killed run left between its index lines and
+its log line. On local disk what the store creates is owner-only (``0600`` files, ``0700``
+directories). See ``docs/storage.md`` §5 and §6.
 """
 
 from scrapeflow.storage._fetchlog import (
@@ -50,6 +57,7 @@ from scrapeflow.storage._fetchlog import (
     fetch_log_names,
     logged_urls,
     read_fetch_log,
+    shard_records,
 )
 from scrapeflow.storage._index import (
     CANONICAL_INDEX,
@@ -62,6 +70,8 @@ from scrapeflow.storage._index import (
     make_indexes,
     register_index,
 )
+from scrapeflow.storage._journal import IndexJournal, journal_dir, remove_journal, repair_shard
+from scrapeflow.storage._lock import FetchInProgress, ShardLock, shard_state_dir
 from scrapeflow.storage._store import BlobStore
 from scrapeflow.storage._types import Index, IndexEntry, StoredContent, sha384_hex
 from scrapeflow.storage._warc import WarcWriter
@@ -70,13 +80,16 @@ __all__ = [
     "CANONICAL_INDEX",
     "BlobStore",
     "ChecksumIndex",
+    "FetchInProgress",
     "FetchLog",
     "FetchRecord",
     "Index",
     "IndexEntry",
     "IndexFactory",
+    "IndexJournal",
     "IndexRegistry",
     "LineIndex",
+    "ShardLock",
     "StoredContent",
     "UrlIndex",
     "WarcWriter",
@@ -84,9 +97,14 @@ __all__ = [
     "fetch_log_name",
     "fetch_log_names",
     "index_names",
+    "journal_dir",
     "logged_urls",
     "make_indexes",
     "read_fetch_log",
     "register_index",
+    "remove_journal",
+    "repair_shard",
     "sha384_hex",
+    "shard_records",
+    "shard_state_dir",
 ]

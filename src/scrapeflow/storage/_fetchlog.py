@@ -35,6 +35,7 @@ __all__ = [
     "fetch_log_names",
     "logged_urls",
     "read_fetch_log",
+    "shard_records",
     "spool_path",
 ]
 
@@ -250,9 +251,23 @@ async def logged_urls(
 ) -> set[str]:
     """The requested URLs that earlier runs of this shard stored successfully: a resumed run
     skips them. Includes what a crashed run left in its spool (S3 stores)."""
-    urls: set[str] = set()
+    records = await shard_records(store, fetch_id, offset, limit, spool_dir=spool_dir)
+    return {r.requested_url for r in records if r.stored}
+
+
+async def shard_records(
+    store: BlobStore,
+    fetch_id: str,
+    offset: int,
+    limit: int,
+    *,
+    spool_dir: str | Path | None = None,
+) -> list[FetchRecord]:
+    """Every record the runs of this shard logged (any day), with what a crashed run left in
+    its spool (S3 stores)."""
+    records: list[FetchRecord] = []
     for name in await fetch_log_names(store, fetch_id, offset, limit):
-        urls.update(r.requested_url for r in await read_fetch_log(store, name) if r.stored)
+        records += await read_fetch_log(store, name)
     logs_key = store.key("logs")
     if store._backend.local_path(logs_key) is None:
         directory = os.path.dirname(spool_path(store, f"{logs_key}/x", spool_dir))
@@ -262,8 +277,8 @@ async def logged_urls(
                 data = _read_local(path)
             except FileNotFoundError:
                 continue  # uploaded meanwhile: read from the store above
-            urls.update(r.requested_url for r in _parse(data, path) if r.stored)
-    return urls
+            records += _parse(data, path)
+    return records
 
 
 def _parse(data: bytes, where: str) -> list[FetchRecord]:

@@ -10,6 +10,8 @@ into place, ``O_APPEND``) is exactly what fsspec's local filesystem does not exp
   interleave or overwrite each other. Not on NFS, where ``O_APPEND`` is emulated by the client.
 * Small operations run inline (a few microseconds); bodies over ``THREAD_THRESHOLD`` bytes are
   written and read in a worker thread so a 50 MB page does not stall the event loop.
+* Every file created is ``0600`` and every directory ``0700`` (:mod:`._private`): fetched pages
+  and their logs are nobody else's business on a shared machine.
 """
 
 from __future__ import annotations
@@ -19,17 +21,16 @@ import contextlib
 import errno
 import itertools
 import os
-import shutil
 
-from scrapeflow._util.atomic import TMP_MARK, atomic_write_bytes
+from scrapeflow._util.atomic import TMP_MARK
 from scrapeflow.errors import StorageError, StoreUnavailable
+from scrapeflow.storage._private import FILE_MODE, copy_private, makedirs_private, write_private
 from scrapeflow.storage._types import split_lines
 
 __all__ = ["THREAD_THRESHOLD", "LocalBackend"]
 
 THREAD_THRESHOLD = 1 << 20
-_APPEND = os.O_WRONLY | os.O_CREAT | os.O_APPEND
-_TMP = os.O_WRONLY | os.O_CREAT | os.O_TRUNC
+_APPEND = os.O_WRONLY | os.O_CREAT | os.O_APPEND | os.O_CLOEXEC
 # pid and a per-process counter (next() is atomic): no two writers, threads included, share one.
 _tmp_ids = itertools.count()
 
@@ -105,13 +106,7 @@ class LocalBackend:
         self._ensure_dir(os.path.dirname(path))
         tmp = _tmp_name(path)
         try:
-            fd = os.open(tmp, _TMP, 0o644)
-            try:
-                view = memoryview(data)
-                while view:
-                    view = view[os.write(fd, view) :]
-            finally:
-                os.close(fd)
+            write_private(tmp, data)
         except OSError as exc:
             with contextlib.suppress(OSError):
                 os.unlink(tmp)
@@ -123,9 +118,9 @@ class LocalBackend:
         self._ensure_dir(os.path.dirname(path))
         try:
             if len(data) > THREAD_THRESHOLD:
-                await asyncio.to_thread(atomic_write_bytes, path, data)
+                await asyncio.to_thread(_replace_file, path, data)
             else:
-                atomic_write_bytes(path, data)
+                _replace_file(path, data)
         except OSError as exc:
             raise _storage_error("write", path, exc) from exc
 
@@ -139,7 +134,7 @@ class LocalBackend:
 
     async def download(self, key: str, path: str) -> bool:
         try:
-            await asyncio.to_thread(shutil.copyfile, self.local_path(key), path)
+            await asyncio.to_thread(copy_private, self.local_path(key), path)
         except FileNotFoundError:
             if _exists(self.local_path(key)):
                 raise  # the destination's directory is missing: the caller's bug
@@ -157,7 +152,7 @@ class LocalBackend:
         path = self.local_path(key)
         self._ensure_dir(os.path.dirname(path))
         try:
-            fd = os.open(path, _APPEND, 0o644)
+            fd = os.open(path, _APPEND, FILE_MODE)
             try:
                 written = os.write(fd, line)  # one write: see the module docstring
             finally:
@@ -181,7 +176,7 @@ class LocalBackend:
         if directory in self._made_dirs:
             return
         try:
-            os.makedirs(directory, exist_ok=True)
+            makedirs_private(directory)
         except FileExistsError as exc:  # a file where a directory should be
             raise StoreUnavailable(f"cannot create directory {directory}: a file is there") from exc
         except OSError as exc:
@@ -203,10 +198,21 @@ def _read_file(path: str) -> bytes:
         return f.read()
 
 
+def _replace_file(path: str, data: bytes) -> None:
+    tmp = _tmp_name(path)
+    try:
+        write_private(tmp, data)
+        os.replace(tmp, path)
+    except BaseException:
+        with contextlib.suppress(OSError):
+            os.unlink(tmp)
+        raise
+
+
 def _copy_into_place(src: str, dest: str) -> None:
     tmp = _tmp_name(dest)
     try:
-        shutil.copyfile(src, tmp)
+        copy_private(src, tmp)
         os.replace(tmp, dest)
     except BaseException:
         with contextlib.suppress(OSError):

@@ -12,6 +12,8 @@ S3 cannot append. So each is built in a local *spool* file and published when th
   new spool seeded from the published object;
 * a spool found at open with no live writer is a crashed run's: its cut tail (a record whose
   write was under way) is trimmed, and the run goes on appending to it.
+
+Spool files are ``0600`` and the directories made for them ``0700``, like the store's own files.
 """
 
 from __future__ import annotations
@@ -25,10 +27,11 @@ import zlib
 from collections.abc import Awaitable, Callable
 
 from scrapeflow.errors import StorageError
+from scrapeflow.storage._private import FILE_MODE, makedirs_private
 
 __all__ = ["SharedAppendFile", "trim_cut_gzip", "trim_cut_line"]
 
-_OPEN = os.O_WRONLY | os.O_APPEND
+_OPEN = os.O_WRONLY | os.O_APPEND | os.O_CLOEXEC
 _CHUNK = 1 << 16
 _seed_ids = itertools.count()
 
@@ -49,7 +52,7 @@ class SharedAppendFile:
     ) -> SharedAppendFile:
         """Open ``path`` for appending, creating it first with ``seed(tmp)`` (which fills a
         temp file and says whether it wrote anything) if there is none."""
-        os.makedirs(os.path.dirname(path), exist_ok=True)
+        makedirs_private(os.path.dirname(path))
         while True:
             if not _exists(path):
                 await _create(path, seed)
@@ -59,17 +62,20 @@ class SharedAppendFile:
                 continue  # published and removed by the last writer just now: seed anew
             try:
                 alone = _try_lock(fd, fcntl.LOCK_EX)
-                if alone:
-                    # No live writer: whatever is cut at the end was cut by a crash.
+                if alone and _names(path, fd):
+                    # No live writer: whatever is cut at the end was cut by a crash. (Holding
+                    # the exclusive lock, nobody can publish the file under us meanwhile.)
                     await asyncio.to_thread(trim, path)
                 # Blocks while the last writer of a closing run publishes: in a thread.
                 await asyncio.to_thread(fcntl.flock, fd, fcntl.LOCK_SH)
-                if os.fstat(fd).st_nlink > 0:
+                if _names(path, fd):
                     return cls(path, fd)
             except BaseException:
                 os.close(fd)
                 raise
-            os.close(fd)  # the file was published and unlinked while we waited: start anew
+            # Published while we opened it — unlinked, or renamed into place (a local WARC):
+            # what we hold is no longer the spool. Start anew.
+            os.close(fd)
 
     def append(self, data: bytes) -> None:
         """Append ``data`` in one write (whole records: never split between two writes)."""
@@ -99,14 +105,14 @@ class SharedAppendFile:
             fcntl.flock(fd, fcntl.LOCK_UN)
             if not _try_lock(fd, fcntl.LOCK_EX):
                 return False  # another writer is still open: it publishes
-            if os.fstat(fd).st_nlink == 0:
+            if not _names(self.path, fd):
                 return False  # a writer that closed just before us published already
             if publish is not None:
                 await publish(self.path)
                 # Unlink only our own file: if publish moved it, the name may already be a new
                 # spool (nobody else can replace ours while it is there and we hold the lock).
-                with contextlib.suppress(FileNotFoundError):
-                    if os.stat(self.path).st_ino == os.fstat(fd).st_ino:
+                if _names(self.path, fd):
+                    with contextlib.suppress(FileNotFoundError):
                         os.unlink(self.path)
             return True
         finally:
@@ -116,8 +122,12 @@ class SharedAppendFile:
 async def _create(path: str, seed: Seed | None) -> None:
     tmp = f"{path}.seed-{os.getpid()}-{next(_seed_ids)}"
     try:
+        # Created owner-only before the seed fills it: a download keeps the mode it finds.
+        os.close(os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC, FILE_MODE))
         if seed is None or not await seed(tmp):
-            os.close(os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644))
+            os.truncate(tmp, 0)  # nothing to seed from: an empty spool
+        else:
+            os.chmod(tmp, FILE_MODE)  # in case the seed replaced the file rather than filled it
         # link() creates only if absent: of two processes seeding at once, one spool wins.
         with contextlib.suppress(FileExistsError):
             os.link(tmp, path)
@@ -128,6 +138,15 @@ async def _create(path: str, seed: Seed | None) -> None:
 
 def _exists(path: str) -> bool:
     return os.path.exists(path)
+
+
+def _names(path: str, fd: int) -> bool:
+    """Whether ``path`` is still the file open as ``fd`` (not unlinked, renamed or replaced)."""
+    try:
+        named, held = os.stat(path), os.fstat(fd)
+    except FileNotFoundError:
+        return False
+    return (named.st_dev, named.st_ino) == (held.st_dev, held.st_ino)
 
 
 def _try_lock(fd: int, kind: int) -> bool:

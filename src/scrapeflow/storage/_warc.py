@@ -22,6 +22,7 @@ from scrapeflow._util.atomic import TMP_MARK
 from scrapeflow.errors import ConfigError, MissingExtra
 from scrapeflow.storage._fetchlog import spool_path
 from scrapeflow.storage._local import THREAD_THRESHOLD
+from scrapeflow.storage._private import write_private
 from scrapeflow.storage._spool import SharedAppendFile, trim_cut_gzip
 from scrapeflow.storage._store import BlobStore
 from scrapeflow.storage._types import check_name
@@ -180,7 +181,7 @@ class WarcWriter:
         writer = self._warcwriter.WARCWriter(out, gzip=True)
         info = {"software": "scrapeflow", "format": "WARC File Format 1.0"}
         writer.write_record(writer.create_warcinfo_record(self.name, info))
-        _write_local(tmp, out.getvalue())
+        write_private(tmp, out.getvalue())
         return True
 
     async def _publish(self, path: str) -> None:
@@ -189,8 +190,3 @@ class WarcWriter:
             os.replace(path, local)  # same directory: atomic
         else:
             await self.store._backend.upload(path, self._key)
-
-
-def _write_local(path: str, data: bytes) -> None:
-    with open(path, "wb") as f:
-        f.write(data)
