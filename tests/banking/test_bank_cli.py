@@ -59,13 +59,13 @@ class Cli:
         self.outputs += [done.stdout, done.stderr]
         return done
 
-    def start(self, *args: str) -> subprocess.Popen[str]:
+    def start(self, *args: str, env: dict | None = None) -> subprocess.Popen[str]:
         return subprocess.Popen(
             self.argv(*args),
             stdout=subprocess.PIPE,
             stderr=subprocess.STDOUT,
             text=True,
-            env=self.env,
+            env=env or self.env,
         )
 
 
@@ -173,32 +173,7 @@ def test_the_password_prompt_hides_what_is_typed(tmp_path: Path, sandbox: Sandbo
     assert "s3cret-Pa55" not in done.stdout + done.stderr
 
 
-BAD_INPUT = [
-    (("add-access", "nobody", "apibank", "u1", "--password-stdin"), "pw\n", "no customer"),
-    (("add-access", "c", "nobank", "u1", "--password-stdin"), "pw\n", "no scraper for bank"),
-    (("add-access", "c", "apibank", "u1", "--password-stdin"), "\n", "password is empty"),
-    (("add-customer", "c"), "", "already exists"),
-    (("refresh", "ghost"), "", "no customer 'ghost'"),
-    (("movements", "c", "--since", "yesterday"), "", "--since 'yesterday'"),
-    (("otp", "1", "--code-stdin"), "12ab\n", "one-time code"),
-    (("--bank-url", "formbank", "status", "c"), "", "is not NAME=URL"),
-    (("--db", "sqlite+aiosqlite:////nonexistent/x.db", "status", "c"), "", "cannot open the"),
-]
-
-
-def test_bad_input_is_one_line_and_exit_2(tmp_path: Path, sandbox: Sandbox) -> None:
-    cli = Cli(tmp_path, sandbox)
-    assert cli("add-customer", "c").returncode == 0
-    for args, stdin, message in BAD_INPUT:
-        done = cli(*args, stdin=stdin)
-        assert done.returncode == 2, (args, done.stdout + done.stderr)
-        assert message in done.stderr, args
-        assert len(done.stderr.strip().splitlines()) == 1, done.stderr
-    env = {k: v for k, v in cli.env.items() if k != "SCRAPEFLOW_VAULT_KEYS"}
-    done = cli("add-access", "c", "apibank", "u", "--password-stdin", stdin="pw\n", env=env)
-    assert done.returncode == 2
-    assert "SCRAPEFLOW_VAULT_KEYS" in done.stderr
-    assert cli("status", "c").returncode == 0  # the customer is still there
+# Bad input (exit 2, one line, nothing changed): the corpus in test_bad_input.py.
 
 
 def test_kill_9_mid_refresh_then_watchdog_then_a_clean_refresh(
@@ -208,7 +183,8 @@ def test_kill_9_mid_refresh_then_watchdog_then_a_clean_refresh(
     creds = add_customer_with_accesses(cli, 7)  # 32 accounts at each bank
     for bank in BANKS:
         sandbox.sites[bank].guard.latency_ms = (150.0, 250.0)
-    process = cli.start("refresh", "cust-7")
+    # A short heartbeat: the watchdog may reset a row only after three of its intervals.
+    process = cli.start("refresh", "cust-7", env={**cli.env, "SCRAPEFLOW_HEARTBEAT": "0.3"})
     try:
         assert process.stdout is not None
         deadline = time.monotonic() + 60
@@ -241,7 +217,7 @@ def test_kill_9_mid_refresh_then_watchdog_then_a_clean_refresh(
     untouched = cli("watchdog", "--limit", "1")
     assert "reset 0 access(es) and 0 customer(s)" in untouched.stdout  # not stale yet
     time.sleep(1.5)
-    reset = cli("watchdog", "--limit", "0.02")  # 1.2 s without a heartbeat
+    reset = cli("watchdog", "--limit", "0.02")  # 1.2 s, and 3 x 0.3 s, without a heartbeat
     assert reset.returncode == 0
     assert "reset 3 access(es) and 1 customer(s)" in reset.stdout
     assert cli("status", "cust-7").stdout.count("timeout") == 3
@@ -260,6 +236,49 @@ def test_kill_9_mid_refresh_then_watchdog_then_a_clean_refresh(
         return compared
 
     assert asyncio.run(check()) > 0
+
+
+def test_the_watchdog_never_resets_a_live_refresh_whatever_the_limit(
+    tmp_path: Path, sandbox: Sandbox
+) -> None:
+    """A limit shorter than the heartbeat interval would free live accesses between two beats;
+    the watchdog waits three of the launcher's own intervals (stored with its claims), so the
+    refresh goes on, and a second refresh of the customer is still refused."""
+    cli = Cli(tmp_path, sandbox)
+    assert cli("add-customer", "cust-7").returncode == 0
+    cred = credentials(cli, "apibank", 7)
+    added = cli(
+        "add-access", "cust-7", "apibank", cred["username"], "--password-stdin",
+        stdin=cred["password"] + "\n",
+    )  # fmt: skip
+    assert added.returncode == 0, added.stderr
+    sandbox.sites["apibank"].guard.latency_ms = (150.0, 250.0)  # a slow bank
+    process = cli.start("refresh", "cust-7", env={**cli.env, "SCRAPEFLOW_HEARTBEAT": "10"})
+    try:
+        assert process.stdout is not None
+        deadline = time.monotonic() + 30
+        while "account(s)" not in process.stdout.readline():  # scraping: balances landed
+            if time.monotonic() > deadline or process.poll() is not None:
+                pytest.fail("no batch landed within 30 s")
+        # Between two beats, for as long as the checks take: the launcher is paused, not dead.
+        process.send_signal(signal.SIGSTOP)
+        watchdog = cli("watchdog", "--limit", "0.005")  # 0.3 s, below the 10 s interval
+        assert watchdog.returncode == 0, watchdog.stderr
+        assert "reset 0 access(es) and 0 customer(s)" in watchdog.stdout
+        second = cli("refresh", "cust-7", "--quiet")
+        assert second.returncode == 1
+        assert "customer 'cust-7' is already being refreshed" in " ".join(second.stdout.split())
+        process.send_signal(signal.SIGCONT)
+        sandbox.sites["apibank"].guard.latency_ms = (0.0, 2.0)
+        output, _ = process.communicate(timeout=60)
+        assert process.returncode == 0, output  # the first refresh ran to its end, unharmed
+    finally:
+        if process.poll() is None:
+            process.send_signal(signal.SIGCONT)
+            process.kill()
+            process.wait(timeout=10)
+        if process.stdout is not None:
+            process.stdout.close()
 
 
 def test_the_first_window_and_the_overlap_come_from_flags_and_settings(
@@ -304,3 +323,52 @@ def test_the_first_window_and_the_overlap_come_from_flags_and_settings(
     assert other("refresh", "cust-5", "--quiet", env=env).returncode == 0
     newest_first = json.loads(other("movements", "cust-5", "--format", "json").stdout)
     assert all(date.fromisoformat(m["operation_date"]) >= today for m in newest_first)
+
+
+def test_the_database_and_launch_logs_are_the_owners_only(tmp_path: Path, sandbox: Sandbox) -> None:
+    """Logins, balances and movements, encrypted passwords, launch logs: created 0600, in
+    directories created 0700, whatever the umask lets others read."""
+    old_umask = os.umask(0o022)
+    try:
+        cli = Cli(tmp_path, sandbox)
+        logs = tmp_path / "var" / "log" / "bank"
+        cli.env["SCRAPEFLOW_LOG_DIR"] = str(logs)
+        assert cli("add-customer", "ana").returncode == 0
+        cred = credentials(cli, "apibank", 1)
+        added = cli(
+            "add-access", "ana", "apibank", cred["username"], "--password-stdin",
+            stdin=cred["password"] + "\n",
+        )  # fmt: skip
+        assert added.returncode == 0, added.stderr
+        assert cli("refresh", "ana", "--quiet").returncode == 0
+    finally:
+        os.umask(old_umask)
+
+    def mode(path: Path) -> int:
+        return path.stat().st_mode & 0o777
+
+    assert mode(cli.db) == 0o600
+    assert [mode(p) for p in (tmp_path / "var", tmp_path / "var" / "log", logs)] == [0o700] * 3
+    files = list(logs.iterdir())
+    assert files and {mode(p) for p in files} == {0o600}
+
+
+async def test_sqlite_files_are_created_owner_only_wal_and_shm_too(tmp_path: Path) -> None:
+    from sqlalchemy import text
+
+    from scrapeflow.db import create_engine
+
+    path = tmp_path / "new.db"
+    old_umask = os.umask(0o022)
+    engine = create_engine(f"sqlite+aiosqlite:///{path}")
+    try:
+        async with engine.begin() as connection:
+            await connection.execute(text("CREATE TABLE t (x INTEGER)"))
+            await connection.execute(text("INSERT INTO t VALUES (1)"))
+        async with engine.connect() as connection:  # open: the -wal and -shm exist
+            await connection.execute(text("SELECT * FROM t"))
+            modes = {p.name: p.stat().st_mode & 0o777 for p in tmp_path.glob("new.db*")}
+    finally:
+        await engine.dispose()
+        os.umask(old_umask)
+    assert modes == {"new.db": 0o600, "new.db-wal": 0o600, "new.db-shm": 0o600}

@@ -12,6 +12,7 @@ from sqlalchemy import select, text
 
 from scrapeflow.banking import (
     Access,
+    CredentialVault,
     Customer,
     EventKind,
     Launcher,
@@ -25,9 +26,10 @@ from scrapeflow.banking import (
     migrate,
     register,
 )
+from scrapeflow.banking.scrapers.apibank import ApiBankScraper
 from scrapeflow.banking.scrapers.formbank import FormBankScraper
 from scrapeflow.db import create_engine, session_factory
-from scrapeflow.errors import InputError, RefreshInProgress
+from scrapeflow.errors import ConfigError, InputError, RefreshInProgress, VaultError
 from scrapeflow.sandbox import Sandbox
 
 from . import _harness as h
@@ -55,10 +57,10 @@ async def _customer(db_url: str, sandbox: Sandbox, n: int, banks=BANKS) -> dict[
 
 def _launcher(db_url: str, sandbox: Sandbox, tmp_path: Path, **kwargs) -> Launcher:
     kwargs.setdefault("http", None)
+    kwargs.setdefault("vault", h.VAULT)
+    kwargs.setdefault("bank_urls", sandbox.urls)
     return Launcher(
         db_url,
-        vault=h.VAULT,
-        bank_urls=sandbox.urls,
         today=lambda: sandbox.clock.now().date(),
         log_dir=tmp_path / "logs",
         **kwargs,
@@ -442,3 +444,86 @@ async def test_an_access_being_resumed_is_not_scraped_twice(
         assert (await alone).code is ResultCode.SUCCESS
     assert [a.bank for a in report.accesses] == ["apibank"]
     assert "access skipped" in report.log_file.read_text()
+
+
+async def _states(db_url: str) -> list[tuple]:
+    """Every customer's and access's state, result, counts and times, as stored."""
+    engine = create_engine(db_url)
+    try:
+        async with engine.connect() as connection:
+            customers = (
+                await connection.execute(
+                    select(Customer.id, Customer.scrape_state, Customer.scrape_finished_at)
+                )
+            ).all()
+            accesses = (
+                await connection.execute(
+                    select(
+                        Access.id,
+                        Access.scrape_state,
+                        Access.result_code,
+                        Access.accounts_count,
+                        Access.movements_count,
+                        Access.scrape_finished_at,
+                    )
+                )
+            ).all()
+    finally:
+        await engine.dispose()
+    return sorted(customers) + sorted(accesses)
+
+
+async def test_a_launch_its_configuration_cannot_do_is_refused_before_any_claim(
+    db_url: str, sandbox: Sandbox, tmp_path: Path
+) -> None:
+    """No URL for a bank, a vault without the key: refused naming them, for every customer
+    before any starts; the last success, its counts and times stay."""
+    await migrate(db_url)
+    first = await _customer(db_url, sandbox, 1, banks=("apibank",))
+    third = await _customer(db_url, sandbox, 3, banks=("formbank",))
+    async with _launcher(db_url, sandbox, tmp_path) as launcher:
+        assert all(r.ok for r in await launcher.refresh_many(["cust-1", "cust-3"]))
+    stored = await _states(db_url)
+    logs = sorted((tmp_path / "logs").iterdir())
+
+    no_formbank = {k: v for k, v in sandbox.urls.items() if k != "formbank"}
+    async with _launcher(db_url, sandbox, tmp_path, bank_urls=no_formbank) as launcher:
+        with pytest.raises(ConfigError, match=r"no URL for bank 'formbank' \(access \d+ of "):
+            await launcher.refresh_many(["cust-1", "cust-3"])
+        with pytest.raises(ConfigError, match="no URL for bank 'formbank'"):
+            await launcher.scrape_access(third["formbank"]["access_id"])
+    other_key = CredentialVault([CredentialVault.generate_key()])
+    async with _launcher(db_url, sandbox, tmp_path, vault=other_key) as launcher:
+        with pytest.raises(VaultError, match="SCRAPEFLOW_VAULT_KEYS") as info:
+            await launcher.refresh("cust-1")
+        with pytest.raises(VaultError):
+            await launcher.scrape_access(first["apibank"]["access_id"], otp="123456")
+    assert first["apibank"]["password"] not in str(info.value)
+    assert await _states(db_url) == stored
+    assert sorted((tmp_path / "logs").iterdir()) == logs  # no launch began
+
+
+async def test_a_scrapers_default_url_serves_when_none_is_configured(
+    db_url: str, sandbox: Sandbox, tmp_path: Path
+) -> None:
+    class HostedApiBank(ApiBankScraper):
+        """A bank whose scraper knows its own site."""
+
+        bank = "hostedbank"
+        default_url = sandbox.urls["apibank"]
+
+    register(HostedApiBank)
+    await migrate(db_url)
+    cred = await h.credentials(sandbox, "apibank", 2)
+    engine = create_engine(db_url)
+    try:
+        sessions = session_factory(engine)
+        await add_customer(sessions, "cust-2")
+        await add_access(
+            sessions, h.VAULT, "cust-2", "hostedbank", cred["username"], cred["password"]
+        )
+    finally:
+        await engine.dispose()
+    async with _launcher(db_url, sandbox, tmp_path, bank_urls={}) as launcher:
+        report = await launcher.refresh("cust-2")
+    assert report.ok and report.accesses[0].accounts > 0

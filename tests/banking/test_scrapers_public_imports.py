@@ -14,14 +14,13 @@ from pathlib import Path
 
 import pytest
 
-import scrapeflow.banking.scrapers
-
+_PACKAGE = "scrapeflow.banking.scrapers"
+# The module, not the attribute: ``scrapeflow.banking.scrapers`` is the registry function.
 SCRAPERS = sorted(
     path
-    for path in Path(scrapeflow.banking.scrapers.__file__).parent.glob("*.py")
+    for path in Path(str(importlib.import_module(_PACKAGE).__file__)).parent.glob("*.py")
     if path.name != "__init__.py"
 )
-_PACKAGE = "scrapeflow.banking.scrapers"
 
 
 def _scrapeflow_imports(path: Path) -> list[tuple[int, str, str | None]]:

@@ -1,5 +1,6 @@
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 import pytest
@@ -55,8 +56,37 @@ def test_keys_from_a_key_file(tmp_path: Path, monkeypatch: pytest.MonkeyPatch):
     key = CredentialVault.generate_key()
     path = tmp_path / "vault.keys"
     path.write_text(f"# current first\n{key}\n\n")
+    path.chmod(0o600)
     monkeypatch.setenv("SCRAPEFLOW_VAULT_KEY_FILE", str(path))
     assert CredentialVault([key]).decrypt(CredentialVault.from_env().encrypt(SECRET)) == SECRET
+
+
+@pytest.mark.parametrize("mode", [0o644, 0o640, 0o604, 0o620, 0o660])
+def test_a_key_file_open_to_others_is_refused_like_ssh_does(tmp_path: Path, mode: int):
+    key = CredentialVault.generate_key()
+    path = tmp_path / "vault.keys"
+    path.write_text(f"{key}\n")
+    path.chmod(mode)
+    with pytest.raises(ConfigError, match=f"mode {mode:04o}.*chmod 600") as info:
+        CredentialVault.from_key_file(path)
+    assert key not in str(info.value) and str(path) in str(info.value)
+    path.chmod(0o400)  # read-only for its owner is fine
+    assert CredentialVault.from_key_file(path).decrypt(CredentialVault([key]).encrypt("x")) == "x"
+
+
+def test_a_key_file_that_is_a_fifo_is_refused_not_waited_on(tmp_path: Path):
+    path = tmp_path / "vault.keys"
+    os.mkfifo(path, 0o600)
+    with pytest.raises(ConfigError, match="not a regular file"):
+        CredentialVault.from_key_file(path)
+
+
+def test_can_decrypt_checks_a_token_without_decrypting_it():
+    old, new = CredentialVault.generate_key(), CredentialVault.generate_key()
+    token = CredentialVault([old]).encrypt(SECRET)
+    assert CredentialVault([new, old]).can_decrypt(token)
+    assert not CredentialVault([new]).can_decrypt(token)
+    assert not CredentialVault([old]).can_decrypt(b"not a token")
 
 
 def test_no_key_anywhere_names_the_setting():

@@ -5,11 +5,13 @@ from __future__ import annotations
 
 from datetime import UTC, datetime, timedelta
 
+import pytest
 from sqlalchemy import select
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from scrapeflow.banking import Access, Customer, ResultCode, ScrapeState, reset_stuck
 from scrapeflow.db import session_factory
+from scrapeflow.errors import ConfigError
 
 
 async def test_only_what_stopped_beating_is_reset(session: AsyncSession, access_id: int) -> None:
@@ -63,3 +65,84 @@ async def test_only_what_stopped_beating_is_reset(session: AsyncSession, access_
     states = dict((await session.execute(select(Customer.id, Customer.scrape_state))).all())
     assert states[dead_customer_id] is ScrapeState.IDLE
     assert states[live_customer_id] is ScrapeState.IN_PROGRESS
+
+
+async def _in_progress(
+    session: AsyncSession,
+    entity_id: int,
+    name: str,
+    *,
+    beat: datetime,
+    interval: float | None,
+) -> tuple[int, int]:
+    """A customer and its one access, both in progress, last stamped at ``beat``."""
+    customer = Customer(
+        external_id=name,
+        scrape_state=ScrapeState.IN_PROGRESS,
+        scrape_started_at=beat - timedelta(hours=1),
+        heartbeat_at=beat,
+        heartbeat_seconds=interval,
+    )
+    session.add(customer)
+    await session.flush()
+    access = Access(
+        customer_id=customer.id,
+        entity_id=entity_id,
+        login=name,
+        secret=b"t",
+        scrape_state=ScrapeState.IN_PROGRESS,
+        scrape_started_at=beat - timedelta(hours=1),
+        heartbeat_at=beat,
+        heartbeat_seconds=interval,
+    )
+    session.add(access)
+    await session.flush()
+    return customer.id, access.id
+
+
+async def test_a_fresh_heartbeat_is_never_reset_whatever_the_limit(
+    session: AsyncSession, access_id: int
+) -> None:
+    """The effective limit of a row is max(limit, 3 x its launcher's interval): a limit below
+    the interval cannot free what a live launcher will stamp again."""
+    now = datetime.now(UTC)
+    entity_id = (await session.get(Access, access_id)).entity_id
+    live = await _in_progress(  # a 60 s launcher, last beat 2 min ago: 1 missed beat + a bit
+        session, entity_id, "live", beat=now - timedelta(minutes=2), interval=60.0
+    )
+    dead = await _in_progress(  # the same launcher, silent for 4 min: more than 3 beats
+        session, entity_id, "dead", beat=now - timedelta(minutes=4), interval=60.0
+    )
+    old = await _in_progress(  # claimed before intervals were stored: the argument's stands in
+        session, entity_id, "old", beat=now - timedelta(seconds=50), interval=None
+    )
+    await session.commit()
+    sessions = session_factory(session.bind)
+
+    found = await reset_stuck(sessions, limit=timedelta(seconds=1), heartbeat=10.0, now=now)
+    assert found.accesses == (dead[1], old[1])
+    assert found.customers == (dead[0], old[0])
+    session.expire_all()
+    states = dict((await session.execute(select(Access.login, Access.scrape_state))).all())
+    assert states["live"] is ScrapeState.IN_PROGRESS
+    dead_detail = await session.scalar(select(Access.result_detail).where(Access.id == dead[1]))
+    assert dead_detail == "reset by the watchdog: no heartbeat for 3 min"
+    customer_state = await session.scalar(
+        select(Customer.scrape_state).where(Customer.id == live[0])
+    )
+    assert customer_state is ScrapeState.IN_PROGRESS
+
+    # the live launcher's customer, its access finished, is kept while its own beat is fresh
+    live_access = await session.get(Access, live[1])
+    live_access.scrape_state = ScrapeState.IDLE
+    await session.commit()
+    again = await reset_stuck(sessions, limit=timedelta(seconds=1), now=now)
+    assert (again.accesses, again.customers) == ((), ())
+    later = await reset_stuck(sessions, limit=timedelta(seconds=1), now=now + timedelta(minutes=2))
+    assert later.customers == (live[0],)
+
+
+@pytest.mark.parametrize("limit", [timedelta(0), timedelta(seconds=-1)])
+async def test_a_limit_must_be_positive(session: AsyncSession, limit: timedelta) -> None:
+    with pytest.raises(ConfigError, match="limit must be positive"):
+        await reset_stuck(session_factory(session.bind), limit=limit)

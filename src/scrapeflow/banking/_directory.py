@@ -2,16 +2,24 @@
 
 These are the operations behind the CLI and the service. Passwords go in only through
 :func:`add_access`, straight into the vault; nothing here returns or prints one.
+
+What goes in is checked, never cut: a customer id, name or bank login longer than its column, or
+holding a control character (a newline, a tab, an escape sequence) or text that is not valid
+Unicode (a non-UTF-8 argument), is refused with an :class:`~scrapeflow.errors.InputError` naming
+the field and its maximum. Ids and logins also refuse invisible format characters (zero-width
+spaces, bidirectional overrides), with which two ids that look the same would differ. A password
+is at most :data:`MAX_PASSWORD` characters.
 """
 
 from __future__ import annotations
 
+import unicodedata
 from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import date, datetime
 from decimal import Decimal
 
-from sqlalchemy import select
+from sqlalchemy import String, select
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
 from scrapeflow.banking._models import (
@@ -28,6 +36,7 @@ from scrapeflow.banking._vault import CredentialVault
 from scrapeflow.errors import InputError
 
 __all__ = [
+    "MAX_PASSWORD",
     "AccessView",
     "AccountView",
     "MovementView",
@@ -37,7 +46,72 @@ __all__ = [
     "add_customer",
     "find_customer",
     "movements_of",
+    "validate_customer_id",
+    "validate_customer_name",
+    "validate_login",
+    "validate_password",
 ]
+
+
+MAX_PASSWORD = 1024
+"""Characters a bank password may have: far beyond any bank's, short of an accident."""
+_CONTROL = frozenset({"Cc", "Cs", "Zl", "Zp"})  # controls, lone surrogates, line breaks
+_IDENTIFIER = _CONTROL | {"Cf"}  # and invisible format characters
+
+
+def _checked(field: str, value: str, column: object, *, identifier: bool = False) -> str:
+    """``value`` stripped, or :class:`InputError` naming ``field`` when it is empty (for an
+    identifier), longer than ``column`` holds, or holds a character it must not."""
+    value = value.strip()
+    refused = _IDENTIFIER if identifier else _CONTROL
+    for char in value:
+        category = unicodedata.category(char)
+        if category == "Cs":
+            raise InputError(f"the {field} is not valid UTF-8 text")
+        if category in refused:
+            raise InputError(f"the {field} holds a control or invisible character ({char!r})")
+    maximum = _length(column)
+    if identifier and not value:
+        raise InputError(f"the {field} is empty")
+    if maximum is not None and len(value) > maximum:
+        raise InputError(f"the {field} is {len(value)} characters long; the maximum is {maximum}")
+    return value
+
+
+def _length(column: object) -> int | None:
+    kind = getattr(column, "type", None)
+    return kind.length if isinstance(kind, String) else None
+
+
+def validate_customer_id(external_id: str) -> str:
+    """``external_id`` as stored and looked up (stripped); :class:`InputError` naming what is
+    wrong when it cannot be one (empty, over 64 characters, a control or invisible character,
+    not valid UTF-8)."""
+    return _checked("customer id", external_id, Customer.__table__.c.external_id, identifier=True)
+
+
+def validate_customer_name(name: str) -> str:
+    """``name`` as stored (stripped; may be empty); :class:`InputError` when it cannot be."""
+    return _checked("customer name", name, Customer.__table__.c.name)
+
+
+def validate_login(login: str) -> str:
+    """A bank login as stored (stripped); :class:`InputError` when it cannot be one."""
+    return _checked("bank login", login, Access.__table__.c.login, identifier=True)
+
+
+def validate_password(password: str) -> str:
+    """``password`` unchanged (spaces are part of a password); :class:`InputError` when it is
+    empty, longer than :data:`MAX_PASSWORD` or not valid UTF-8 text."""
+    if not password:
+        raise InputError("the password must not be empty")
+    if any(unicodedata.category(char) == "Cs" for char in password):
+        raise InputError("the password is not valid UTF-8 text")
+    if len(password) > MAX_PASSWORD:
+        raise InputError(
+            f"the password is {len(password)} characters long; the maximum is {MAX_PASSWORD}"
+        )
+    return password
 
 
 @dataclass(frozen=True, slots=True)
@@ -89,14 +163,14 @@ class MovementView:
 async def add_customer(
     sessions: async_sessionmaker[AsyncSession], external_id: str, name: str = ""
 ) -> int:
-    """A new customer; its id. :class:`InputError` when ``external_id`` is taken or empty."""
-    external_id = external_id.strip()
-    if not external_id or len(external_id) > 64:
-        raise InputError("a customer id must be 1-64 characters")
+    """A new customer; its id. :class:`InputError` when ``external_id`` is taken, or when it or
+    ``name`` cannot be stored as given (see the module's documentation)."""
+    external_id = validate_customer_id(external_id)
+    name = validate_customer_name(name)
     async with sessions() as session, session.begin():
         if await session.scalar(select(Customer.id).where(Customer.external_id == external_id)):
             raise InputError(f"customer {external_id!r} already exists")
-        customer = Customer(external_id=external_id, name=name.strip()[:200])
+        customer = Customer(external_id=external_id, name=name)
         session.add(customer)
         await session.flush()
         return customer.id
@@ -104,6 +178,8 @@ async def add_customer(
 
 async def find_customer(session: AsyncSession, customer: int | str) -> Customer:
     """The customer with this external id (a str) or id (an int); :class:`InputError` if none."""
+    if isinstance(customer, str):
+        customer = validate_customer_id(customer)
     where = (
         Customer.external_id == customer if isinstance(customer, str) else Customer.id == customer
     )
@@ -127,12 +203,8 @@ async def add_access(
     replaces the stored password (how a customer fixes "wrong credentials").
     """
     scraper = get_scraper(bank)
-    login = login.strip()
-    if not login or len(login) > 200:
-        raise InputError("a bank login must be 1-200 characters")
-    if not password:
-        raise InputError("the password must not be empty")
-    secret = vault.encrypt(password)
+    login = validate_login(login)
+    secret = vault.encrypt(validate_password(password))
     async with sessions() as session, session.begin():
         owner = await find_customer(session, customer)
         entity = await session.scalar(select(FinancialEntity).where(FinancialEntity.code == bank))

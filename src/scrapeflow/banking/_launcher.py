@@ -2,8 +2,15 @@
 
 ``refresh(customer)``:
 
+0. checks, before anything is claimed, what the launch needs of its configuration: a scraper
+   and a URL for each access's bank (``bank_urls``, else the scraper's ``default_url``), a vault
+   that opens each stored credential, the day (``today``) and a writable log directory. A
+   launch that could only fail for want of them is refused — ``ConfigError``, ``VaultError``,
+   ``UnknownScraper`` naming the bank, the access and the setting — and every stored result,
+   count and time stays as it was (``refresh_many`` checks every customer before starting any);
 1. marks the customer "in progress" — atomically, so two refreshes of one customer cannot run
-   together (the second gets :class:`~scrapeflow.errors.RefreshInProgress`) — and each access;
+   together (the second gets :class:`~scrapeflow.errors.RefreshInProgress`) — and each access,
+   in one transaction;
 2. runs one scraper per access in parallel, under limits per bank and overall and a time limit
    per access; each scraper's batches go through the write queue as soon as they are read;
 3. records each access's result code, detail, counts and times, and its encrypted state;
@@ -15,8 +22,9 @@ the launch writes one log file. Several customers may be refreshed at once
 Every database write — the scrapers' batches and the launcher's own state changes (claims,
 heartbeats, finishes: the functions of :mod:`scrapeflow.banking._state`, where the state machine
 is described) — goes through the write queue. While it holds accesses (queued or running), the
-launcher stamps their ``heartbeat_at`` every ``heartbeat`` seconds: the watchdog resets only
-accesses whose heartbeat stopped, so a long queue is never mistaken for a dead launch.
+launcher stamps their ``heartbeat_at`` (and its customers') every ``heartbeat`` seconds, and its
+claims store that interval: the watchdog resets only rows whose heartbeat stopped for three
+intervals, so a long queue is never mistaken for a dead launch.
 """
 
 from __future__ import annotations
@@ -35,15 +43,15 @@ from pathlib import Path
 from types import TracebackType
 from typing import Any, TypeVar
 
-from sqlalchemy import select
+from sqlalchemy import ColumnElement, select
 from sqlalchemy.ext.asyncio import AsyncEngine, AsyncSession, async_sessionmaker
 
 from scrapeflow._util.logs import get_logger
 from scrapeflow._util.redact import redact
 from scrapeflow.banking._directory import find_customer
 from scrapeflow.banking._events import EventKind, EventSink, LaunchEvent
-from scrapeflow.banking._launchlog import LaunchLog
-from scrapeflow.banking._models import Access, Customer
+from scrapeflow.banking._launchlog import LaunchLog, prepare_log_dir
+from scrapeflow.banking._models import Access, Customer, FinancialEntity
 from scrapeflow.banking._registry import get_scraper
 from scrapeflow.banking._reports import AccessReport, LaunchLimits, LaunchReport
 from scrapeflow.banking._results import ResultCode
@@ -57,6 +65,7 @@ from scrapeflow.banking._scraper import (
 )
 from scrapeflow.banking._state import (
     UNCHANGED,
+    AccessClaims,
     ClaimedAccess,
     claim_access,
     claim_accesses,
@@ -67,11 +76,17 @@ from scrapeflow.banking._state import (
     seal_session_state,
     stamp_heartbeats,
 )
-from scrapeflow.banking._vault import CredentialVault
+from scrapeflow.banking._vault import KEY_FILE_ENV, KEYS_ENV, CredentialVault
 from scrapeflow.banking._writequeue import WriteQueue, writers_for
 from scrapeflow.banking._writer import SqlWriter, Writer
 from scrapeflow.db import create_engine, session_factory
-from scrapeflow.errors import InputError, RefreshInProgress, UnknownScraper, VaultError
+from scrapeflow.errors import (
+    ConfigError,
+    InputError,
+    RefreshInProgress,
+    UnknownScraper,
+    VaultError,
+)
 from scrapeflow.http import HttpClient, HttpConfig
 from scrapeflow.proxies import ProxyProvider
 
@@ -91,6 +106,8 @@ class _Launch:
     log: LaunchLog
     started: float
     """``time.monotonic()`` at the launch's start (balances are timed from it)."""
+    today: date
+    """The day the launch reads movements up to (the incremental window's end)."""
     otp: Mapping[int, str]
     """One-time codes by access id."""
 
@@ -152,6 +169,7 @@ class Launcher:
         self._overall = asyncio.Semaphore(self.limits.overall)
         self._per_bank: dict[str, asyncio.Semaphore] = {}
         self._held: set[int] = set()  # accesses this launcher holds, queued or running
+        self._held_customers: set[int] = set()  # customers it is refreshing
         self._heartbeat: asyncio.Task[None] | None = None
 
     # -- lifecycle -------------------------------------------------------------------------
@@ -206,11 +224,13 @@ class Launcher:
     async def _beat(self) -> None:
         while True:
             await asyncio.sleep(self.limits.heartbeat)
-            held = list(self._held)
-            if not held:
+            held, customers = list(self._held), list(self._held_customers)
+            if not held and not customers:
                 continue
             try:
-                await self._write(partial(stamp_heartbeats, access_ids=held))
+                await self._write(
+                    partial(stamp_heartbeats, access_ids=held, customer_ids=customers)
+                )
             except Exception as exc:  # the next beat tries again; the watchdog allows several
                 _log.warning("heartbeat failed", error=repr(exc))
 
@@ -219,28 +239,30 @@ class Launcher:
     async def refresh_many(self, customers: Iterable[int | str]) -> list[LaunchReport]:
         """Refresh several customers at once, under the shared limits; reports in order.
 
-        Every customer is looked up first: an unknown one raises :class:`InputError` before
-        anything starts. A customer already being refreshed gets a report with ``refused``.
+        Every customer is looked up and every access checked first (see :meth:`refresh`): an
+        unknown customer raises :class:`InputError`, a configuration that cannot do for one of
+        them raises before anything starts. A customer already being refreshed gets a report
+        with ``refused``.
         """
-        wanted = list(customers)
         async with self.sessions() as session:
-            for customer in wanted:
-                await find_customer(session, customer)
+            found = [await find_customer(session, customer) for customer in customers]
+        today = await self._ready(Access.customer_id.in_([row.id for row in found]))
         outcomes = await asyncio.gather(
-            *(self._refresh_or_refuse(c) for c in wanted), return_exceptions=True
+            *(self._refresh_or_refuse(row.id, row.external_id, today) for row in found),
+            return_exceptions=True,
         )
         for outcome in outcomes:
             if isinstance(outcome, BaseException):
                 raise outcome
         return [o for o in outcomes if isinstance(o, LaunchReport)]
 
-    async def _refresh_or_refuse(self, customer: int | str) -> LaunchReport:
+    async def _refresh_or_refuse(
+        self, customer_id: int, external_id: str, today: date
+    ) -> LaunchReport:
         try:
-            return await self.refresh(customer)
+            return await self._refresh(customer_id, external_id, today=today, otp={})
         except RefreshInProgress as exc:
-            async with self.sessions() as session:
-                row = await find_customer(session, customer)
-            return LaunchReport("-", row.id, row.external_id, refused=str(exc))
+            return LaunchReport("-", customer_id, external_id, refused=str(exc))
 
     async def refresh(
         self, customer: int | str, *, otp: Mapping[int, str] | None = None
@@ -248,25 +270,39 @@ class Launcher:
         """Refresh every access of ``customer`` (its id, or its external id when a str).
 
         ``otp`` maps access ids to one-time codes the customer supplied (two-factor logins).
+        Before anything is claimed, the launch is refused when an access's bank has no scraper
+        (:class:`~scrapeflow.errors.UnknownScraper`) or no URL
+        (:class:`~scrapeflow.errors.ConfigError`), when the vault cannot open a stored
+        credential (:class:`~scrapeflow.errors.VaultError`), or when the log directory cannot
+        be written: nothing stored changes.
         """
-        started = time.monotonic()
         async with self.sessions() as session:
             found = await find_customer(session, customer)
             customer_id, external_id = found.id, found.external_id
+        today = await self._ready(Access.customer_id == customer_id)
+        return await self._refresh(customer_id, external_id, today=today, otp=otp or {})
+
+    async def _refresh(
+        self, customer_id: int, external_id: str, *, today: date, otp: Mapping[int, str]
+    ) -> LaunchReport:
+        started = time.monotonic()
         # The log file before the claim: an unwritable log directory must not leave the
         # customer marked "in progress".
         launch = _Launch.open(
-            self.log_dir, customer_id, external_id, started=started, otp=otp or {}
+            self.log_dir, customer_id, external_id, started=started, today=today, otp=otp
         )
         report = LaunchReport(launch.id, customer_id, external_id, log_file=launch.log.path)
         try:
-            await self._write(lambda session: claim_customer(session, customer_id))
+            claims = await self._write(partial(self._claim, customer_id))
         except BaseException:
             launch.log.close()
             raise
-        jobs: list[ClaimedAccess] = []
+        self._held_customers.add(customer_id)
+        jobs = list(claims.claimed)
+        self._held.update(job.access_id for job in jobs)
         try:
-            jobs = await self._claim_accesses(launch)
+            for access_id in claims.busy:  # a one-time code is being tried on it right now
+                launch.log.write("access skipped: already being scraped", access_id=access_id)
             launch.log.write(
                 "launch started",
                 customer_id=customer_id,
@@ -284,6 +320,7 @@ class Launcher:
                 # that write runs leaves it to the watchdog, but the log is closed anyway.
                 await asyncio.shield(self._finish_customer(customer_id))
             finally:
+                self._held_customers.discard(customer_id)
                 report.seconds = time.monotonic() - started
                 launch.log.write(
                     "launch finished",
@@ -294,6 +331,13 @@ class Launcher:
         code = ResultCode.SUCCESS if report.ok else ResultCode.UNKNOWN
         await self._emit(None, launch.event(EventKind.LAUNCH_FINISHED, result_code=code))
         return report
+
+    async def _claim(self, customer_id: int, session: AsyncSession) -> AccessClaims:
+        """The customer and every access of it not already in progress, in one transaction: a
+        watchdog never sees the customer claimed and its accesses not yet."""
+        heartbeat = self.limits.heartbeat
+        await claim_customer(session, customer_id, heartbeat=heartbeat)
+        return await claim_accesses(session, customer_id, heartbeat=heartbeat)
 
     async def scrape_access(self, access_id: int, *, otp: str | None = None) -> AccessReport:
         """Scrape one access alone (the seed's test launchers; resuming a two-factor login).
@@ -309,10 +353,14 @@ class Launcher:
             owner = (await session.execute(owner_of)).first()
         if owner is None:
             raise InputError(f"no access with id {access_id}")
+        today = await self._ready(Access.id == access_id)
         otps = {access_id: otp} if otp else {}
-        launch = _Launch.open(self.log_dir, *owner, started=started, otp=otps)
+        launch = _Launch.open(self.log_dir, *owner, started=started, today=today, otp=otps)
+        heartbeat = self.limits.heartbeat
         try:
-            job = await self._write(lambda session: claim_access(session, access_id))
+            job = await self._write(
+                lambda session: claim_access(session, access_id, heartbeat=heartbeat)
+            )
             if job is None:
                 raise RefreshInProgress(f"access {access_id} is already being scraped")
             self._held.add(access_id)
@@ -325,13 +373,44 @@ class Launcher:
 
     # -- steps ------------------------------------------------------------------------------
 
-    async def _claim_accesses(self, launch: _Launch) -> list[ClaimedAccess]:
-        """Claim every access of the customer not already in progress, in one transaction."""
-        claims = await self._write(lambda session: claim_accesses(session, launch.customer_id))
-        self._held.update(access.access_id for access in claims.claimed)
-        for access_id in claims.busy:  # a one-time code is being tried on it right now
-            launch.log.write("access skipped: already being scraped", access_id=access_id)
-        return list(claims.claimed)
+    async def _ready(self, accesses: ColumnElement[bool]) -> date:
+        """Check, before anything is claimed, that the launch's configuration can do for the
+        ``accesses`` selected: a scraper and a URL for each bank, a vault that opens each
+        credential (its signature only: nothing is decrypted), a log directory to write in.
+        Raises naming the access, its bank and the setting; returns the launch's day."""
+        query = (
+            select(Access.id, Access.secret, FinancialEntity.code, Customer.external_id)
+            .join(FinancialEntity, FinancialEntity.id == Access.entity_id)
+            .join(Customer, Customer.id == Access.customer_id)
+            .where(accesses)
+            .order_by(Access.id)
+        )
+        async with self.sessions() as session:
+            rows = (await session.execute(query)).all()
+        for access_id, secret, bank, external_id in rows:
+            whose = f"access {access_id} of customer {external_id!r}"
+            try:
+                scraper_cls = get_scraper(bank)
+            except UnknownScraper as exc:
+                raise UnknownScraper(f"{exc} ({whose})") from None
+            if not self._base_url(bank, scraper_cls):
+                raise ConfigError(
+                    f"no URL for bank {bank!r} ({whose}): give it with --bank-url "
+                    f"{bank}=https://…, SCRAPEFLOW_BANK_URLS or a sandbox manifest"
+                )
+            if not self.vault.can_decrypt(secret):
+                raise VaultError(
+                    f"the vault cannot decrypt the stored password of {whose} at {bank!r}: "
+                    f"it was encrypted with a key that {KEYS_ENV} / {KEY_FILE_ENV} do not "
+                    "hold (a wrong or rotated-away key), or it is corrupt"
+                )
+        today = await self._today()
+        if self.log_dir is not None:
+            prepare_log_dir(self.log_dir)
+        return today
+
+    def _base_url(self, bank: str, scraper_cls: type[BasicScraper]) -> str | None:
+        return self.bank_urls.get(bank) or scraper_cls.default_url
 
     async def _run_access(self, job: ClaimedAccess, launch: _Launch) -> AccessReport:
         """Scrape one claimed access and store how it ended. Never raises but to cancel."""
@@ -354,7 +433,7 @@ class Launcher:
             async with self._bank_slot(job.bank), self._overall:
                 started = time.monotonic()
                 launch.log.write("access started", access_id=job.access_id, bank=job.bank)
-                scraper = await self._scraper(job, sink, state, launch.otp.get(job.access_id))
+                scraper = self._scraper(job, sink, state, launch)
                 async with asyncio.timeout(self.limits.access_timeout):
                     await scraper.main()
             report.code = ResultCode.SUCCESS
@@ -385,11 +464,12 @@ class Launcher:
         await self._emit(None, finished)
         return report
 
-    async def _scraper(
-        self, job: ClaimedAccess, sink: AccessSink, state: dict[str, Any], otp: str | None
+    def _scraper(
+        self, job: ClaimedAccess, sink: AccessSink, state: dict[str, Any], launch: _Launch
     ) -> BasicScraper:
+        # Checked before the claim (_ready); an access added since still ends with a code.
         scraper_cls = get_scraper(job.bank)
-        base_url = self.bank_urls.get(job.bank) or getattr(scraper_cls, "default_url", None)
+        base_url = self._base_url(job.bank, scraper_cls)
         if not base_url:
             raise UnknownScraper(f"no URL configured for bank {job.bank!r}")
         assert self._http is not None
@@ -400,10 +480,10 @@ class Launcher:
             base_url=base_url,
             http=self._http,
             sink=sink,
-            today=await self._today(),
+            today=launch.today,
             policy=self.policy,
             state=state,
-            otp=otp,
+            otp=launch.otp.get(job.access_id),
         )
         return scraper_cls(context)
 

@@ -9,35 +9,57 @@ from sqlalchemy.engine import make_url
 from sqlalchemy.exc import ArgumentError, DBAPIError, NoSuchModuleError, OperationalError
 
 from scrapeflow.db import migrate as _migrate
+from scrapeflow.db import sqlite_file, unusable_reason
 from scrapeflow.errors import ConfigError
 
-__all__ = ["MIGRATIONS_DIR", "migrate"]
+__all__ = ["MIGRATIONS_DIR", "OWN_TABLE_PREFIX", "migrate"]
 
 MIGRATIONS_DIR = Path(__file__).with_name("migrations")
 
+OWN_TABLE_PREFIX = "scrapeflow_"
+"""Tables scrapeflow makes outside these migrations (the job queue, the service's API keys)."""
 
-async def migrate(url: str, revision: str = "head") -> None:
+
+async def migrate(url: str, revision: str = "head", *, adopt: bool = False) -> None:
     """Create or upgrade the bank schema at ``url`` to ``revision`` (the latest). Idempotent.
+
+    The database must be empty, or scrapeflow's already (its ``alembic_version``, or only
+    ``scrapeflow_*`` tables): one holding another application's tables is refused with a
+    :class:`~scrapeflow.errors.ConfigError` naming them, unless ``adopt=True`` (add the bank
+    tables beside them). A migration that fails leaves the database as it was.
 
     >>> await migrate("sqlite+aiosqlite:///scrapeflow.db")  # doctest: +SKIP
     """
     _check_sqlite_path(url)
     try:
-        await _migrate(url, MIGRATIONS_DIR, revision)
-    except (ArgumentError, NoSuchModuleError, OperationalError, DBAPIError, OSError) as exc:
+        await _migrate(url, MIGRATIONS_DIR, revision, owns=_ours, adopt=adopt)
+    except DBAPIError as exc:
+        reason = unusable_reason(exc)
+        if reason is not None:
+            raise ConfigError(f"the database {_shown(url)} {reason}") from None
+        raise ConfigError(f"cannot open the database {_shown(url)}: {_reason(exc)}") from None
+    except (ArgumentError, NoSuchModuleError, OperationalError, OSError) as exc:
         raise ConfigError(f"cannot open the database {_shown(url)}: {_reason(exc)}") from None
 
 
+def _ours(table: str) -> bool:
+    from scrapeflow.banking._models import Base
+
+    return table in Base.metadata.tables or table.startswith(OWN_TABLE_PREFIX)
+
+
 def _check_sqlite_path(url: str) -> None:
-    """A SQLite file in a directory that is missing or read-only: say so before connecting
-    (aiosqlite's connection thread would also print a traceback of its own)."""
-    try:
-        parsed = make_url(url)
-    except ArgumentError:
-        return  # create_engine names the bad URL
-    if parsed.get_backend_name() != "sqlite" or parsed.database in (None, "", ":memory:"):
+    """A SQLite file in a directory that is missing or read-only, or a path that is a directory:
+    say so before connecting (aiosqlite's connection thread would also print a traceback)."""
+    path = sqlite_file(url)
+    if path is None:
         return
-    folder = Path(parsed.database).expanduser().absolute().parent
+    path = path.absolute()
+    if path.is_dir():
+        raise ConfigError(f"cannot open the database {_shown(url)}: {path} is a directory")
+    if path.exists():
+        return  # opened read-only when it cannot be written: reading commands still work
+    folder = path.parent
     if not folder.is_dir():
         raise ConfigError(f"cannot open the database {_shown(url)}: no directory {folder}")
     if not os.access(folder, os.W_OK):

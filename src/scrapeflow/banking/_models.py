@@ -30,6 +30,7 @@ from sqlalchemy import (
     CheckConstraint,
     Date,
     Enum,
+    Float,
     ForeignKey,
     Integer,
     LargeBinary,
@@ -124,6 +125,10 @@ class Customer(Base):
     )
     scrape_started_at: Mapped[datetime | None] = mapped_column(UTCDateTime())
     scrape_finished_at: Mapped[datetime | None] = mapped_column(UTCDateTime())
+    heartbeat_at: Mapped[datetime | None] = mapped_column(UTCDateTime())
+    """Stamped by the launcher refreshing the customer: the watchdog's proof it is alive."""
+    heartbeat_seconds: Mapped[float | None] = mapped_column(Float)
+    """That launcher's heartbeat interval: the watchdog resets nothing fresher than three."""
     created_at: Mapped[datetime] = mapped_column(UTCDateTime(), default=_now)
 
 
@@ -159,6 +164,9 @@ class Access(Base):
     heartbeat_at: Mapped[datetime | None] = mapped_column(UTCDateTime())
     """Refreshed by the launcher holding the access (queued or running): the watchdog's proof
     that an access in progress is alive."""
+    heartbeat_seconds: Mapped[float | None] = mapped_column(Float)
+    """The heartbeat interval of the launcher holding the access: the watchdog resets nothing
+    that has missed fewer than three beats."""
     result_detail: Mapped[str | None] = mapped_column(Unicode(500))
     """What the scraper saw when it failed (a bank message, a page); never a credential."""
     accounts_count: Mapped[int] = mapped_column(Integer, default=0)

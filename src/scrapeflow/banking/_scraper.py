@@ -222,6 +222,11 @@ class BasicScraper(abc.ABC):
     """The registry code: the ``scrapeflow.banks`` entry point and ``FinancialEntity.code``."""
     title: ClassVar[str]
     country: ClassVar[str | None] = None
+    default_url: ClassVar[str | None] = None
+    """The bank's site, used when no URL is configured for it (``--bank-url``,
+    ``SCRAPEFLOW_BANK_URLS``, ``Launcher(bank_urls=…)``, a sandbox manifest), which win over it.
+    None: the URL must be configured; a launch with an access at this bank and no URL for it
+    is refused before anything is claimed."""
     login_attempts: ClassVar[int] = 3
     """Logins tried when the bank answers "unavailable" before giving up on the access."""
     relogins: ClassVar[int] = 5

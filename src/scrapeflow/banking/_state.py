@@ -17,16 +17,24 @@ one-time code). Finishing an access stores its result code, detail, counts and i
 session state (:func:`read_session_state`, :func:`seal_session_state`), and sets it back to
 idle; finishing a customer marks it all updated.
 
-While a launcher holds accesses — running, or queued behind the limits per bank and overall — it
-stamps their ``heartbeat_at`` every ``LaunchLimits.heartbeat`` seconds. A launch killed mid-way
-(``kill -9``, a crashed machine) stops stamping and leaves its rows in progress, which would
-refuse every later refresh. :func:`reset_stuck` (the watchdog, ``scrapeflow bank watchdog``)
-ends every access in progress whose heartbeat is older than ``limit`` with the timeout code, then
-sets back to idle every customer in progress since before ``limit`` with no access in progress
-left. A fresh heartbeat is never reset, however old the claim: it proves a live launcher holds
-the access (a long queue is not a dead launch), and freeing it would let a second launch scrape
-the access at the same time and overwrite the first one's result. For the same reason a customer
-with an access still in progress is left alone: its launcher is alive and will finish it.
+While a launcher holds accesses — running, or queued behind the limits per bank and overall —
+and the customers it refreshes, it stamps their ``heartbeat_at`` every ``LaunchLimits.heartbeat``
+seconds; a claim stores that interval beside the stamp (``heartbeat_seconds``). A launch killed
+mid-way (``kill -9``, a crashed machine) stops stamping and leaves its rows in progress, which
+would refuse every later refresh. :func:`reset_stuck` (the watchdog, ``scrapeflow bank
+watchdog``) ends every access in progress whose heartbeat is stale with the timeout code, then
+sets back to idle every customer in progress whose heartbeat is stale and that has no access in
+progress left.
+
+*Stale* means older than ``limit`` **and** older than three of the row's own heartbeat intervals
+(:data:`MISSED_BEATS`): the effective limit of a row is ``max(limit, 3 × its interval)``. A fresh
+heartbeat is never reset, whatever the limit and however old the claim: it proves a live launcher
+holds the row (a long queue is not a dead launch), and freeing it would let a second launch
+scrape the access, or refresh the customer, at the same time and overwrite the first one's
+results. The interval is the launcher's own, read from the row, so a watchdog run with other
+settings (from cron, say) still knows it; rows claimed before intervals were stored get the
+``heartbeat`` given to :func:`reset_stuck`. For the same reason a customer with an access still
+in progress is left alone: its launcher is alive and will finish it.
 
 Every function but :func:`reset_stuck` works inside the caller's transaction on an
 ``AsyncSession`` and never commits, so the launcher runs each through its write queue.
@@ -43,15 +51,17 @@ from typing import Any, Final
 
 from sqlalchemy import func, or_, select, update
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
+from sqlalchemy.orm import InstrumentedAttribute
 
 from scrapeflow._util.logs import get_logger
 from scrapeflow._util.redact import redact
 from scrapeflow.banking._models import Access, Customer, FinancialEntity
 from scrapeflow.banking._results import ResultCode, ScrapeState
 from scrapeflow.banking._vault import CredentialVault, VaultError
-from scrapeflow.errors import InputError, RefreshInProgress
+from scrapeflow.errors import ConfigError, InputError, RefreshInProgress
 
 __all__ = [
+    "MISSED_BEATS",
     "UNCHANGED",
     "AccessClaims",
     "ClaimedAccess",
@@ -78,6 +88,12 @@ class Unchanged(Enum):
 
 
 UNCHANGED: Final = Unchanged.UNCHANGED
+
+MISSED_BEATS: Final = 3
+"""Heartbeats a row may miss before the watchdog may reset it: one late or failed beat (a busy
+write queue, a passing database error) is not a dead launcher."""
+DEFAULT_HEARTBEAT: Final = 30.0
+"""Seconds assumed between the beats of a row claimed without its interval stored."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -112,19 +128,27 @@ class StuckReset:
 
 
 async def claim_customer(
-    session: AsyncSession, customer_id: int, *, now: datetime | None = None
+    session: AsyncSession,
+    customer_id: int,
+    *,
+    heartbeat: float | None = None,
+    now: datetime | None = None,
 ) -> None:
     """Mark the customer in progress, or raise :class:`RefreshInProgress` if it already is.
 
+    ``heartbeat`` is the claiming launcher's interval (seconds), stored for the watchdog.
     Raises :class:`InputError` when there is no such customer.
     """
+    now = now or _now()
     result = await session.execute(
         update(Customer)
         .where(Customer.id == customer_id, Customer.scrape_state != ScrapeState.IN_PROGRESS)
         .values(
             scrape_state=ScrapeState.IN_PROGRESS,
-            scrape_started_at=now or _now(),
+            scrape_started_at=now,
             scrape_finished_at=None,
+            heartbeat_at=now,
+            heartbeat_seconds=heartbeat,
         )
     )
     if _rowcount(result):
@@ -141,11 +165,16 @@ async def claim_customer(
 
 
 async def claim_accesses(
-    session: AsyncSession, customer_id: int, *, now: datetime | None = None
+    session: AsyncSession,
+    customer_id: int,
+    *,
+    heartbeat: float | None = None,
+    now: datetime | None = None,
 ) -> AccessClaims:
     """Mark every access of the customer in progress that is not already, in one statement.
 
     The claimed ones come back in id order with what their scrapers need; the others are busy.
+    ``heartbeat`` is the claiming launcher's interval (seconds), stored for the watchdog.
     """
     now = now or _now()
     claimed = set(
@@ -157,7 +186,10 @@ async def claim_accesses(
                     Access.scrape_state != ScrapeState.IN_PROGRESS,
                 )
                 .values(
-                    scrape_state=ScrapeState.IN_PROGRESS, scrape_started_at=now, heartbeat_at=now
+                    scrape_state=ScrapeState.IN_PROGRESS,
+                    scrape_started_at=now,
+                    heartbeat_at=now,
+                    heartbeat_seconds=heartbeat,
                 )
                 .returning(Access.id)
             )
@@ -179,7 +211,11 @@ async def claim_accesses(
 
 
 async def claim_access(
-    session: AsyncSession, access_id: int, *, now: datetime | None = None
+    session: AsyncSession,
+    access_id: int,
+    *,
+    heartbeat: float | None = None,
+    now: datetime | None = None,
 ) -> ClaimedAccess | None:
     """Mark one access in progress; None when it already is (being scraped elsewhere).
 
@@ -189,7 +225,12 @@ async def claim_access(
     result = await session.execute(
         update(Access)
         .where(Access.id == access_id, Access.scrape_state != ScrapeState.IN_PROGRESS)
-        .values(scrape_state=ScrapeState.IN_PROGRESS, scrape_started_at=now, heartbeat_at=now)
+        .values(
+            scrape_state=ScrapeState.IN_PROGRESS,
+            scrape_started_at=now,
+            heartbeat_at=now,
+            heartbeat_seconds=heartbeat,
+        )
     )
     row = (
         await session.execute(
@@ -205,12 +246,21 @@ async def claim_access(
 
 
 async def stamp_heartbeats(
-    session: AsyncSession, access_ids: Collection[int], *, now: datetime | None = None
+    session: AsyncSession,
+    access_ids: Collection[int],
+    *,
+    customer_ids: Collection[int] = (),
+    now: datetime | None = None,
 ) -> None:
-    """Stamp the accesses a launcher holds as alive now (see :func:`reset_stuck`)."""
+    """Stamp the accesses and customers a launcher holds as alive now (see :func:`reset_stuck`)."""
+    now = now or _now()
     if access_ids:
         await session.execute(
-            update(Access).where(Access.id.in_(access_ids)).values(heartbeat_at=now or _now())
+            update(Access).where(Access.id.in_(access_ids)).values(heartbeat_at=now)
+        )
+    if customer_ids:
+        await session.execute(
+            update(Customer).where(Customer.id.in_(customer_ids)).values(heartbeat_at=now)
         )
 
 
@@ -283,62 +333,84 @@ async def reset_stuck(
     sessions: async_sessionmaker[AsyncSession],
     *,
     limit: timedelta,
+    heartbeat: float = DEFAULT_HEARTBEAT,
     now: datetime | None = None,
 ) -> StuckReset:
-    """Reset accesses and customers in progress since before ``now - limit``. Idempotent.
+    """Reset the accesses and customers in progress whose heartbeat is stale. Idempotent.
 
-    An access counts from its last heartbeat (its claim when it has none); one transaction.
+    A row is stale when its last heartbeat (its claim when it has none) is older than ``limit``
+    and than :data:`MISSED_BEATS` of its launcher's heartbeat intervals, read from the row;
+    ``heartbeat`` (seconds) stands in for rows that have none stored. A customer is reset only
+    once no access of it is in progress. One transaction.
+
+    Raises :class:`~scrapeflow.errors.ConfigError` when ``limit`` or ``heartbeat`` is not
+    positive.
     """
+    if not limit > timedelta(0):
+        raise ConfigError(f"the watchdog's limit must be positive, got {_human(limit)}")
+    if not 0 < heartbeat < float("inf"):
+        raise ConfigError(f"the heartbeat interval must be positive, got {heartbeat!r}")
     now = now or _now()
-    cutoff = now - limit
-    detail = f"reset by the watchdog: still in progress after {_human(limit)}"
+
+    def cutoff(interval: float | None) -> tuple[datetime, timedelta]:
+        beats = timedelta(seconds=MISSED_BEATS * (interval or heartbeat))
+        effective = max(limit, beats)
+        return now - effective, effective
+
+    accesses: list[int] = []
+    customers: list[int] = []
     async with sessions() as session, session.begin():
+        in_progress = Access.scrape_state == ScrapeState.IN_PROGRESS
         alive_at = func.coalesce(Access.heartbeat_at, Access.scrape_started_at)
-        accesses = (
-            await session.scalars(
-                select(Access.id).where(
-                    Access.scrape_state == ScrapeState.IN_PROGRESS,
-                    or_(alive_at < cutoff, alive_at.is_(None)),
-                )
-            )
-        ).all()
-        if accesses:
-            await session.execute(
+        for interval in await _intervals(session, Access.heartbeat_seconds, in_progress):
+            before, effective = cutoff(interval)
+            reset = await session.scalars(
                 update(Access)
-                .where(Access.id.in_(accesses), Access.scrape_state == ScrapeState.IN_PROGRESS)
+                .where(
+                    in_progress,
+                    _same(Access.heartbeat_seconds, interval),
+                    or_(alive_at < before, alive_at.is_(None)),
+                )
                 .values(
                     scrape_state=ScrapeState.IDLE,
                     result_code=ResultCode.TIMEOUT,
-                    result_detail=detail,
+                    result_detail=f"reset by the watchdog: no heartbeat for {_human(effective)}",
                     scrape_finished_at=now,
                 )
+                .returning(Access.id)
             )
-        busy = (
-            select(Access.id)
-            .where(
-                Access.customer_id == Customer.id,
-                Access.scrape_state == ScrapeState.IN_PROGRESS,
-            )
-            .exists()
-        )
-        customers = (
-            await session.scalars(
-                select(Customer.id).where(
-                    Customer.scrape_state == ScrapeState.IN_PROGRESS,
-                    Customer.scrape_started_at < cutoff,
+            accesses += reset.all()
+        busy = select(Access.id).where(Access.customer_id == Customer.id, in_progress).exists()
+        refreshing = Customer.scrape_state == ScrapeState.IN_PROGRESS
+        customer_alive_at = func.coalesce(Customer.heartbeat_at, Customer.scrape_started_at)
+        for interval in await _intervals(session, Customer.heartbeat_seconds, refreshing):
+            before, _ = cutoff(interval)
+            reset = await session.scalars(
+                update(Customer)
+                .where(
+                    refreshing,
+                    _same(Customer.heartbeat_seconds, interval),
+                    or_(customer_alive_at < before, customer_alive_at.is_(None)),
                     ~busy,
                 )
-            )
-        ).all()
-        if customers:
-            await session.execute(
-                update(Customer)
-                .where(Customer.id.in_(customers), Customer.scrape_state == ScrapeState.IN_PROGRESS)
                 .values(scrape_state=ScrapeState.IDLE, scrape_finished_at=now)
+                .returning(Customer.id)
             )
+            customers += reset.all()
     if accesses or customers:
-        _log.warning("reset stuck scrapes", accesses=list(accesses), customers=list(customers))
-    return StuckReset(tuple(accesses), tuple(customers))
+        _log.warning("reset stuck scrapes", accesses=accesses, customers=customers)
+    return StuckReset(tuple(sorted(accesses)), tuple(sorted(customers)))
+
+
+async def _intervals(
+    session: AsyncSession, column: InstrumentedAttribute[float | None], where: Any
+) -> list[float | None]:
+    """The heartbeat intervals stored on the rows in progress (None: rows without one)."""
+    return list((await session.scalars(select(column).where(where).distinct())).all())
+
+
+def _same(column: InstrumentedAttribute[float | None], interval: float | None) -> Any:
+    return column.is_(None) if interval is None else column == interval
 
 
 def _claimed(access: Access, bank: str) -> ClaimedAccess:
@@ -346,10 +418,13 @@ def _claimed(access: Access, bank: str) -> ClaimedAccess:
 
 
 def _human(limit: timedelta) -> str:
-    seconds = int(limit.total_seconds())
-    if seconds % 3600 == 0 and seconds:
+    exact = limit.total_seconds()
+    seconds = int(exact)
+    if seconds != exact or seconds <= 0:
+        return f"{exact:g} s"
+    if seconds % 3600 == 0:
         return f"{seconds // 3600} h"
-    if seconds % 60 == 0 and seconds:
+    if seconds % 60 == 0:
         return f"{seconds // 60} min"
     return f"{seconds} s"
 

@@ -1,8 +1,16 @@
-"""Bank credentials encrypted at rest with Fernet; several keys for rotation (MultiFernet)."""
+"""Bank credentials encrypted at rest with Fernet; several keys for rotation (MultiFernet).
+
+A key file must be the owner's alone (no permission for group or others, like ssh's private
+keys): the key decrypts every stored password, so a file others can read is refused with a
+:class:`~scrapeflow.errors.ConfigError` naming it and the ``chmod`` that fixes it. Refused, not
+warned about: a warning scrolls past unseen in a cron job's or a service's log, and the fix is
+one command.
+"""
 
 from __future__ import annotations
 
 import os
+import stat
 from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -78,9 +86,24 @@ class CredentialVault:
 
     @classmethod
     def from_key_file(cls, path: Path) -> CredentialVault:
-        """Keys from ``path``, one per line, current first; blank lines and ``#`` lines skipped."""
+        """Keys from ``path``, one per line, current first; blank lines and ``#`` lines skipped.
+
+        The file must be open to its owner only (``chmod 600``); a regular file.
+        """
         try:
-            text = path.read_text(encoding="ascii")
+            # Non-blocking: a FIFO named as the key file is refused instead of waited on.
+            fd = os.open(path, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0))
+            with os.fdopen(fd, "rb") as file:
+                mode = os.fstat(file.fileno()).st_mode
+                if not stat.S_ISREG(mode):
+                    raise ConfigError(f"vault key file {path} is not a regular file")
+                if os.name == "posix" and mode & 0o077:
+                    raise ConfigError(
+                        f"vault key file {path} is open to group or others (mode "
+                        f"{stat.S_IMODE(mode):04o}): it decrypts every stored password; "
+                        f"run chmod 600 {path}"
+                    )
+                text = file.read(64 * 1024).decode("ascii")
         except (OSError, UnicodeDecodeError) as exc:
             raise ConfigError(f"cannot read vault key file {path}: {type(exc).__name__}") from exc
         keys = [ln.strip() for ln in text.splitlines() if ln.strip() and not ln.startswith("#")]
@@ -104,6 +127,15 @@ class CredentialVault:
                 "cannot decrypt a stored credential: it was encrypted with a key this vault "
                 "does not hold, or it is corrupt"
             ) from None
+
+    def can_decrypt(self, token: bytes) -> bool:
+        """Whether a key of the vault opens ``token``: its signature is checked, the secret is
+        not decrypted (a launch checks every credential before it claims anything)."""
+        try:
+            self._fernet.extract_timestamp(token)
+        except (InvalidToken, TypeError):
+            return False
+        return True
 
     def rotate(self, token: bytes) -> bytes:
         """``token`` re-encrypted with the current key (its secret unchanged)."""

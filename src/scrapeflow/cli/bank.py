@@ -2,16 +2,21 @@
 
 Passwords are prompted for (hidden) or read from standard input with ``--password-stdin``;
 never taken as arguments, where ``ps`` and shell history would keep them. The database is
-``--db`` / ``SCRAPEFLOW_DB_URL`` (SQLite ``scrapeflow.db`` by default) and is migrated on use;
-the vault key comes from ``SCRAPEFLOW_VAULT_KEYS`` or ``SCRAPEFLOW_VAULT_KEY_FILE``. Every
-other setting is in ``docs/configuration.md``.
+``--db`` / ``SCRAPEFLOW_DB_URL`` (SQLite ``scrapeflow.db`` by default) and is migrated on use —
+when it is empty or scrapeflow's already: one holding another application's tables is refused
+(``bank migrate --adopt`` takes it on). The vault key comes from ``SCRAPEFLOW_VAULT_KEYS`` or
+``SCRAPEFLOW_VAULT_KEY_FILE`` (a file only its owner may read). Every other setting is in
+``docs/configuration.md``.
+
+Arguments are checked before the database is opened; a database that cannot be used (corrupt,
+read-only, not a database) is a one-line exit 2 naming it, like any other bad input.
 """
 
 from __future__ import annotations
 
 import enum
 import sys
-from collections.abc import Awaitable, Callable, Coroutine
+from collections.abc import Awaitable, Callable, Coroutine, Iterable
 from datetime import date
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any, TypeVar
@@ -49,6 +54,8 @@ if TYPE_CHECKING:
 __all__ = ["app"]
 
 T = TypeVar("T")
+_MAX_ID = 2**31 - 1
+"""The largest id an INTEGER column holds on every database (PostgreSQL's is 32 bits)."""
 
 app = typer.Typer(
     help="Bank aggregation: customers, accesses, refreshes, accounts and movements.",
@@ -109,13 +116,38 @@ async def _with_db(
         await engine.dispose()
 
 
-def _run(coro: Coroutine[Any, Any, T]) -> T:
+def _run(config: Settings, coro: Coroutine[Any, Any, T]) -> T:
+    from scrapeflow.db import database_errors
+
     try:
-        with input_errors():
+        with input_errors(), database_errors(config.db_url):
             return run_async(coro)
     except KeyboardInterrupt:
         err.print("interrupted: the watchdog frees what was in progress")
         raise typer.Exit(EXIT_INTERRUPTED) from None
+
+
+def _customer_ids(customers: Iterable[str]) -> list[str]:
+    """The customer ids given, checked before the database is opened."""
+    from scrapeflow.banking import validate_customer_id
+
+    with input_errors():
+        return [validate_customer_id(customer) for customer in customers]
+
+
+def _password_from_stdin() -> str:
+    """The first line of standard input, as UTF-8 (strict), read no further than a password
+    may go."""
+    from scrapeflow.banking import MAX_PASSWORD
+
+    most = 4 * MAX_PASSWORD  # bytes: UTF-8 takes at most 4 a character
+    line = sys.stdin.buffer.readline(most + 2).rstrip(b"\r\n")
+    if len(line) > most:
+        fail(f"the password on standard input is longer than {MAX_PASSWORD} characters")
+    try:
+        return line.decode("utf-8")
+    except UnicodeDecodeError:
+        fail("the password on standard input is not valid UTF-8 text")
 
 
 # -- customers and accesses ------------------------------------------------------------------
@@ -128,10 +160,13 @@ def _add_customer(
     name: Annotated[str, typer.Option(help="A display name.")] = "",
 ) -> None:
     """Add a customer."""
-    from scrapeflow.banking import add_customer
+    from scrapeflow.banking import add_customer, validate_customer_name
 
     config = settings(ctx)
-    new_id = _run(_with_db(config, lambda s: add_customer(s, customer, name)))
+    (customer,) = _customer_ids([customer])
+    with input_errors():
+        name = validate_customer_name(name)
+    new_id = _run(config, _with_db(config, lambda s: add_customer(s, customer, name)))
     out.print(f"customer {escape(customer)} added (id {new_id})")
 
 
@@ -146,19 +181,30 @@ def _add_access(
     ] = False,
 ) -> None:
     """Add a customer's login at a bank (or change its password). The password is prompted."""
-    from scrapeflow.banking import CredentialVault, add_access
+    from scrapeflow.banking import (
+        CredentialVault,
+        add_access,
+        get_scraper,
+        validate_login,
+        validate_password,
+    )
 
     config = settings(ctx)
+    (customer,) = _customer_ids([customer])
     with input_errors():
         vault = CredentialVault.from_settings(config)
+        get_scraper(bank)
+        login = validate_login(login)
     if password_stdin:
-        password = sys.stdin.readline().rstrip("\r\n")
+        password = _password_from_stdin()
     else:
         password = typer.prompt(f"Password for {login} at {bank}", hide_input=True)
     if not password:
         fail("the password is empty")
+    with input_errors():
+        validate_password(password)
     access_id = _run(
-        _with_db(config, lambda s: add_access(s, vault, customer, bank, login, password))
+        config, _with_db(config, lambda s: add_access(s, vault, customer, bank, login, password))
     )
     out.print(f"access {access_id} ready: {escape(login)} at {escape(bank)}")
 
@@ -178,49 +224,12 @@ def _scrapers() -> None:
 
 
 def _launcher(config: Settings, *, quiet: bool) -> Launcher:
-    """A launcher on ``config``: its banks' URLs (flags, then the sandbox manifest), limits,
-    incremental window and log directory; the sandbox's clock when a manifest is given."""
-    from scrapeflow.banking import CredentialVault, IncrementalPolicy, Launcher, LaunchLimits
+    """A launcher on ``config`` (``launcher_from_settings``: the banks' URLs from flags, then
+    the sandbox manifest; limits; window; log directory; the sandbox's clock)."""
+    from scrapeflow.banking import launcher_from_settings
 
     with input_errors():
-        bank_urls, today = _sandbox_sites(config)
-        return Launcher(
-            config.db_url,
-            vault=CredentialVault.from_settings(config),
-            bank_urls={**bank_urls, **config.bank_urls},
-            limits=LaunchLimits(
-                per_bank=config.per_bank,
-                overall=config.overall,
-                access_timeout=config.access_timeout,
-                heartbeat=config.heartbeat,
-            ),
-            policy=IncrementalPolicy(
-                initial_days=config.initial_days, overlap_days=config.overlap_days
-            ),
-            today=today,
-            log_dir=config.log_dir,
-            on_event=None if quiet else print_event,
-        )
-
-
-def _sandbox_sites(
-    config: Settings,
-) -> tuple[dict[str, str], Callable[[], Awaitable[date]] | None]:
-    """The banks of the sandbox manifest and the sandbox's clock (its 'today')."""
-    if config.sandbox_manifest is None:
-        return {}, None
-    from scrapeflow.banking import scrapers
-    from scrapeflow.sandbox import SandboxAdmin
-
-    manifest = config.sandbox_manifest
-    admin = SandboxAdmin.from_manifest_file(manifest)  # refused here when the manifest is bad
-    banks = {name: url for name, url in admin.sites.items() if name in scrapers()}
-
-    async def sandbox_today() -> date:
-        async with SandboxAdmin.from_manifest_file(manifest) as client:
-            return (await client.now()).date()
-
-    return banks, sandbox_today
+        return launcher_from_settings(config, on_event=None if quiet else print_event)
 
 
 @app.command("refresh")
@@ -257,14 +266,15 @@ def _refresh(
         initial_days=initial_days,
         overlap_days=overlap_days,
     )
+    wanted = _customer_ids(customers)
     launcher = _launcher(config, quiet=quiet)
 
     async def work() -> list[LaunchReport]:
         await migrate(config.db_url)
         async with launcher:
-            return await launcher.refresh_many(customers)
+            return await launcher.refresh_many(wanted)
 
-    reports = _run(work())
+    reports = _run(config, work())
     out.print(report_table(reports))
     for report in reports:
         if report.refused:
@@ -288,7 +298,7 @@ def _scrape_one(ctx: typer.Context, access_id: int, otp: str | None) -> None:
         async with launcher:
             return await launcher.scrape_access(access_id, otp=otp)
 
-    report = _run(work())
+    report = _run(config, work())
     out.print(report_table([LaunchReport("-", 0, "-", [report])]))
     if not report.code.ok:
         err.print(report.message)
@@ -298,7 +308,7 @@ def _scrape_one(ctx: typer.Context, access_id: int, otp: str | None) -> None:
 @app.command("scrape")
 def _scrape(
     ctx: typer.Context,
-    access_id: Annotated[int, typer.Argument(help="The access to scrape.")],
+    access_id: Annotated[int, typer.Argument(help="The access to scrape.", min=1, max=_MAX_ID)],
 ) -> None:
     """Run one scraper for one access (debugging: scrapeflow --log-level DEBUG bank scrape N)."""
     _scrape_one(ctx, access_id, None)
@@ -307,13 +317,19 @@ def _scrape(
 @app.command("otp")
 def _otp(
     ctx: typer.Context,
-    access_id: Annotated[int, typer.Argument(help="The access waiting for a one-time code.")],
+    access_id: Annotated[
+        int,
+        typer.Argument(help="The access waiting for a one-time code.", min=1, max=_MAX_ID),
+    ],
     code_stdin: Annotated[
         bool, typer.Option("--code-stdin", help="Read the code from standard input.")
     ] = False,
 ) -> None:
     """Supply the one-time code a bank sent, and resume that access's scrape."""
-    code = sys.stdin.readline().strip() if code_stdin else typer.prompt("One-time code").strip()
+    if code_stdin:  # bytes, bounded: a code is short, and anything but digits is refused
+        code = sys.stdin.buffer.readline(64).decode("utf-8", "replace").strip()
+    else:
+        code = typer.prompt("One-time code").strip()
     if not code.isdigit() or not 4 <= len(code) <= 10:
         fail("a one-time code is 4-10 digits")
     _scrape_one(ctx, access_id, code)
@@ -327,14 +343,20 @@ def _watchdog(
         typer.Option(help="Minutes without a heartbeat before a reset.", show_default="15"),
     ] = None,
 ) -> None:
-    """Reset accesses and customers stuck in progress (a killed launch) with the timeout code."""
+    """Reset accesses and customers stuck in progress (a killed launch) with the timeout code.
+
+    Never what a live launcher still stamps: a row is reset after LIMIT minutes and three of
+    its launcher's heartbeat intervals without a beat."""
     from datetime import timedelta
 
     from scrapeflow.banking import reset_stuck
 
     config = settings(ctx, watchdog_minutes=limit, flag_names={"watchdog_minutes": "--limit"})
     window = timedelta(minutes=config.watchdog_minutes)
-    found = _run(_with_db(config, lambda s: reset_stuck(s, limit=window)))
+    found = _run(
+        config,
+        _with_db(config, lambda s: reset_stuck(s, limit=window, heartbeat=config.heartbeat)),
+    )
     out.print(f"reset {len(found.accesses)} access(es) and {len(found.customers)} customer(s)")
 
 
@@ -348,7 +370,9 @@ def _status(
     """The customer's accesses: state, last result, counts."""
     from scrapeflow.banking import accesses_of
 
-    print_accesses(_run(_with_db(settings(ctx), lambda s: accesses_of(s, customer))))
+    config = settings(ctx)
+    (customer,) = _customer_ids([customer])
+    print_accesses(_run(config, _with_db(config, lambda s: accesses_of(s, customer))))
 
 
 @app.command("accounts")
@@ -360,7 +384,9 @@ def _accounts(
     """The customer's accounts and balances."""
     from scrapeflow.banking import accounts_of
 
-    print_accounts(_run(_with_db(settings(ctx), lambda s: accounts_of(s, customer))), format)
+    config = settings(ctx)
+    (customer,) = _customer_ids([customer])
+    print_accounts(_run(config, _with_db(config, lambda s: accounts_of(s, customer))), format)
 
 
 @app.command("movements")
@@ -377,6 +403,9 @@ def _movements(
     from scrapeflow.banking import accounts_of, movements_of
 
     config = settings(ctx)
+    (customer,) = _customer_ids([customer])
+    if any(not _is_text(a) for a in account or ()):
+        fail("--account is not valid UTF-8 text")
     try:
         since_date = date.fromisoformat(since) if since else None
     except ValueError:
@@ -387,10 +416,38 @@ def _movements(
         accounts = await accounts_of(sessions, customer) if format is _Format.OFX else []
         return moves, accounts
 
-    moves, accounts = _run(_with_db(config, work))
+    moves, accounts = _run(config, _with_db(config, work))
     wanted = {m.account_ref for m in moves} if account else None
     chosen = [a for a in accounts if wanted is None or a.bank_ref in wanted]
     print_movements(moves, chosen, format)
+
+
+def _is_text(value: str) -> bool:
+    """Whether ``value`` encodes as UTF-8 (a non-UTF-8 argument arrives with lone surrogates)."""
+    try:
+        value.encode("utf-8")
+    except UnicodeEncodeError:
+        return False
+    return True
+
+
+@app.command("migrate")
+def _migrate(
+    ctx: typer.Context,
+    adopt: Annotated[
+        bool,
+        typer.Option(
+            "--adopt", help="Add the bank tables to a database holding another application's."
+        ),
+    ] = False,
+) -> None:
+    """Create or upgrade the bank schema (every command does it first; only this one adopts a
+    database that already holds other tables)."""
+    from scrapeflow.banking import migrate
+
+    config = settings(ctx)
+    _run(config, migrate(config.db_url, adopt=adopt))
+    out.print("the bank schema is up to date")
 
 
 @app.command("new-key")

@@ -8,12 +8,15 @@ dialect with an async ODBC driver: ``pip install aioodbc`` plus Microsoft's ODBC
 
 >>> engine = create_engine("sqlite+aiosqlite:///scrapeflow.db")  # doctest: +SKIP
 
-The bank schema's migrations live with it: ``await scrapeflow.banking.migrate(url)``.
+The bank schema's migrations live with it: ``await scrapeflow.banking.migrate(url)``. An error
+saying a database cannot be used at all (corrupt, read-only, not a database) is told apart from
+the rest by :func:`unusable_reason`; :func:`database_errors` turns it into a ``ConfigError``.
 """
 
 from __future__ import annotations
 
-from scrapeflow.db._engine import DEFAULT_URL, create_engine, session_factory
+from scrapeflow.db._engine import DEFAULT_URL, create_engine, session_factory, sqlite_file
+from scrapeflow.db._errors import database_errors, unusable_reason
 from scrapeflow.db._migrate import alembic_config, head_revision, migrate
 from scrapeflow.db._types import Money, UTCDateTime
 from scrapeflow.db._upsert import portable_statements, upsert
@@ -24,9 +27,12 @@ __all__ = [
     "UTCDateTime",
     "alembic_config",
     "create_engine",
+    "database_errors",
     "head_revision",
     "migrate",
     "portable_statements",
     "session_factory",
+    "sqlite_file",
+    "unusable_reason",
     "upsert",
 ]

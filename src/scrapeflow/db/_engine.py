@@ -1,8 +1,17 @@
-"""Async engine and session factory from a database URL."""
+"""Async engine and session factory from a database URL.
+
+A SQLite file the engine creates is made owner-only (0600) before SQLite opens it: it holds
+customers' logins, balances and movements. SQLite gives its ``-wal`` and ``-shm`` files the
+permissions of the database file, so they are owner-only too. An existing file keeps its mode.
+"""
 
 from __future__ import annotations
 
+import contextlib
+import os
+from pathlib import Path
 from typing import Any
+from urllib.parse import parse_qs, unquote, urlsplit
 
 from sqlalchemy import event
 from sqlalchemy.engine import make_url
@@ -12,7 +21,13 @@ from sqlalchemy.ext.asyncio import create_async_engine as _create_async_engine
 
 from scrapeflow.errors import ConfigError
 
-__all__ = ["DEFAULT_URL", "SQLITE_BUSY_TIMEOUT_MS", "create_engine", "session_factory"]
+__all__ = [
+    "DEFAULT_URL",
+    "SQLITE_BUSY_TIMEOUT_MS",
+    "create_engine",
+    "session_factory",
+    "sqlite_file",
+]
 
 DEFAULT_URL = "sqlite+aiosqlite:///scrapeflow.db"
 SQLITE_BUSY_TIMEOUT_MS = 30_000
@@ -40,13 +55,52 @@ def create_engine(url: str = DEFAULT_URL, **kwargs: Any) -> AsyncEngine:
     except Exception as exc:  # unknown dialect, missing or sync-only driver
         raise ConfigError(f"cannot open {parsed.render_as_string()}: {exc}") from exc
     if engine.dialect.name == "sqlite":
+        event.listen(engine.sync_engine, "do_connect", _create_owner_only)
         event.listen(engine.sync_engine, "connect", _sqlite_pragmas)
     return engine
+
+
+def sqlite_file(url: str) -> Path | None:
+    """The file of a SQLite URL (plain or ``file:…?uri=true``); None for another database,
+    an in-memory one, or a URL that does not parse."""
+    try:
+        parsed = make_url(url)
+    except ArgumentError:
+        return None
+    if parsed.get_backend_name() != "sqlite" or parsed.database in (None, "", ":memory:"):
+        return None
+    path, _ = _sqlite_target(parsed.database, uri=str(parsed.query.get("uri", "")) == "true")
+    return path
 
 
 def session_factory(engine: AsyncEngine) -> async_sessionmaker[AsyncSession]:
     """Sessions bound to ``engine``; objects stay readable after commit (no expiry)."""
     return async_sessionmaker(engine, expire_on_commit=False)
+
+
+def _sqlite_target(name: str, *, uri: bool) -> tuple[Path | None, bool]:
+    """The file SQLite opens for ``name``, and whether it may create it."""
+    if not uri or not name.startswith("file:"):
+        return Path(name).expanduser(), True
+    parts = urlsplit(name)
+    mode = (parse_qs(parts.query).get("mode") or ["rwc"])[-1]
+    if mode == "memory" or not parts.path:
+        return None, False
+    return Path(unquote(parts.path)), mode == "rwc"
+
+
+def _create_owner_only(
+    _dialect: Any, _record: Any, cargs: list[Any], cparams: dict[str, Any]
+) -> None:
+    """Before SQLite opens a file that does not exist yet, create it empty and owner-only."""
+    if not cargs or not isinstance(cargs[0], str) or cargs[0] == ":memory:":
+        return
+    path, creatable = _sqlite_target(cargs[0], uri=bool(cparams.get("uri")))
+    if path is None or not creatable:
+        return
+    # There already, or not creatable here: SQLite opens it, or says why it cannot.
+    with contextlib.suppress(OSError):
+        os.close(os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600))
 
 
 def _sqlite_pragmas(dbapi_connection: Any, _record: Any) -> None:
