@@ -146,3 +146,38 @@ async def test_a_fresh_heartbeat_is_never_reset_whatever_the_limit(
 async def test_a_limit_must_be_positive(session: AsyncSession, limit: timedelta) -> None:
     with pytest.raises(ConfigError, match="limit must be positive"):
         await reset_stuck(session_factory(session.bind), limit=limit)
+
+
+async def test_a_reset_for_one_customer_leaves_the_others_alone(
+    session: AsyncSession, access_id: int
+) -> None:
+    long_ago = datetime.now(UTC) - timedelta(minutes=20)
+    mine = await session.get(Access, access_id)
+    other = Customer(
+        external_id="other", scrape_state=ScrapeState.IN_PROGRESS, scrape_started_at=long_ago
+    )
+    session.add(other)
+    await session.flush()
+    theirs = Access(
+        customer_id=other.id,
+        entity_id=mine.entity_id,
+        login="theirs",
+        secret=b"t",
+        scrape_state=ScrapeState.IN_PROGRESS,
+        scrape_started_at=long_ago,
+        heartbeat_at=long_ago,
+    )
+    mine.scrape_state, mine.scrape_started_at, mine.heartbeat_at = (
+        ScrapeState.IN_PROGRESS,
+        long_ago,
+        long_ago,
+    )
+    session.add(theirs)
+    mine_customer = mine.customer_id
+    await session.commit()
+    sessions = session_factory(session.bind)
+
+    found = await reset_stuck(sessions, limit=timedelta(minutes=1), customer=mine_customer)
+    assert found.accesses == (access_id,)
+    both = await reset_stuck(sessions, limit=timedelta(minutes=1))
+    assert both.accesses == (theirs.id,)  # left for the watchdog's own pass

@@ -49,7 +49,7 @@ from datetime import UTC, datetime, timedelta
 from enum import Enum
 from typing import Any, Final
 
-from sqlalchemy import func, or_, select, update
+from sqlalchemy import func, or_, select, true, update
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 from sqlalchemy.orm import InstrumentedAttribute
 
@@ -335,8 +335,12 @@ async def reset_stuck(
     limit: timedelta,
     heartbeat: float = DEFAULT_HEARTBEAT,
     now: datetime | None = None,
+    customer: int | None = None,
 ) -> StuckReset:
     """Reset the accesses and customers in progress whose heartbeat is stale. Idempotent.
+
+    ``customer`` (an id) limits the reset to that customer and its accesses: a re-run of a job
+    whose process died frees what that process held, and nothing else.
 
     A row is stale when its last heartbeat (its claim when it has none) is older than ``limit``
     and than :data:`MISSED_BEATS` of its launcher's heartbeat intervals, read from the row;
@@ -370,6 +374,7 @@ async def reset_stuck(
                     in_progress,
                     _same(Access.heartbeat_seconds, interval),
                     or_(alive_at < before, alive_at.is_(None)),
+                    true() if customer is None else Access.customer_id == customer,
                 )
                 .values(
                     scrape_state=ScrapeState.IDLE,
@@ -392,6 +397,7 @@ async def reset_stuck(
                     _same(Customer.heartbeat_seconds, interval),
                     or_(customer_alive_at < before, customer_alive_at.is_(None)),
                     ~busy,
+                    true() if customer is None else Customer.id == customer,
                 )
                 .values(scrape_state=ScrapeState.IDLE, scrape_finished_at=now)
                 .returning(Customer.id)

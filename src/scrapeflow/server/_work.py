@@ -2,8 +2,12 @@
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Mapping
+from datetime import timedelta
 from typing import Any
+
+from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
 from scrapeflow.config import Settings
 from scrapeflow.jobs import JobContext, JobHandler
@@ -11,6 +15,7 @@ from scrapeflow.server._events import EventLog
 
 __all__ = ["BANK_OTP", "BANK_REFRESH", "job_kinds"]
 
+_WAIT_BEATS = 5  # the watchdog calls a row stale after 3 missed beats
 BANK_REFRESH = "bank.refresh"
 BANK_OTP = "bank.otp"
 _EVENT_NAMES = {
@@ -20,6 +25,28 @@ _EVENT_NAMES = {
     "access_finished": "bank.access_finished",
     "launch_finished": "bank.all_updated",
 }
+
+
+async def _free_dead_launch(
+    sessions: async_sessionmaker[AsyncSession], customer: str, heartbeat: float
+) -> None:
+    """Reset what a dead launch left claimed for ``customer``, once its heartbeats are stale
+    (at most a few heartbeat intervals from now). A live launch (a command-line refresh, say)
+    keeps beating and is left alone: the refresh then fails with that reason."""
+    from scrapeflow.banking import ScrapeState, find_customer, reset_stuck
+
+    for _ in range(_WAIT_BEATS):
+        async with sessions() as session:
+            row = await find_customer(session, customer)
+            if row.scrape_state is not ScrapeState.IN_PROGRESS:
+                return
+            customer_id = row.id
+        found = await reset_stuck(
+            sessions, limit=timedelta(milliseconds=1), heartbeat=heartbeat, customer=customer_id
+        )
+        if found.customers:
+            return
+        await asyncio.sleep(heartbeat)
 
 
 def job_kinds(settings: Settings, events: EventLog) -> dict[str, JobHandler]:
@@ -50,6 +77,8 @@ def job_kinds(settings: Settings, events: EventLog) -> dict[str, JobHandler]:
             )
 
         async with launcher_from_settings(settings, on_event=deliver) as launcher:
+            if context.job.attempts > 1:  # the last attempt's process died holding the customer
+                await _free_dead_launch(launcher.sessions, customer, settings.heartbeat)
             report = await launcher.refresh(customer)
         return {
             "customer": report.external_id,
