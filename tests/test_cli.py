@@ -2,19 +2,26 @@
 
 from __future__ import annotations
 
+import asyncio
 import hashlib
 import json
 import os
 import re
 import signal
+import stat
 import subprocess
 import sys
+import threading
 import time
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from aiohttp import web
 
+from scrapeflow.sandbox import serve_in_thread
 from scrapeflow.status import load_status_file
+from tests._tinyproxy import free_port
 
 
 def cli(*args: str, timeout: float = 60) -> subprocess.CompletedProcess[str]:
@@ -337,3 +344,96 @@ def test_bad_log_level_is_refused() -> None:
     result = cli("--log-level", "verbose", "status", ".")
     assert result.returncode == 2
     assert "verbose" in result.stderr
+
+
+def mode(path: Path) -> int:
+    return stat.S_IMODE(path.stat().st_mode)
+
+
+def test_what_a_run_writes_is_readable_by_its_owner_only(tmp_path: Path, plain_site) -> None:
+    """Status files and bodies are 0600 and the directories the run makes 0700, whatever the
+    umask; a directory that was there keeps its mode."""
+    urls_file = write_urls(tmp_path / "urls.txt", [plain_site.page_url(n) for n in range(3)])
+    kept = tmp_path / "kept"
+    kept.mkdir(mode=0o755)
+    out = kept / "made" / "by" / "run"
+    command = [sys.executable, "-m", "scrapeflow", "run", str(urls_file), "--dir", str(out)]
+    # then again, forced: replaced files (a temp file renamed over each) too
+    for extra in ([], ["--force", "all"]):
+        result = subprocess.run(
+            [*command, *extra], capture_output=True, text=True, timeout=60, umask=0o022
+        )
+        assert result.returncode == 0, result.stderr
+    files = sorted(out.iterdir())
+    assert len(files) == 6  # 3 status files, 3 bodies
+    assert {p.name: mode(p) for p in files} == {p.name: 0o600 for p in files}
+    for made in (out, out.parent, out.parent.parent):
+        assert mode(made) == 0o700, made
+    assert mode(kept) == 0o755  # it was there: left as it was
+
+
+@pytest.fixture
+def hanging_site() -> Iterator[tuple[str, threading.Event]]:
+    """A site whose one page never answers; the event is set when it is asked for."""
+    asked, release = threading.Event(), threading.Event()
+
+    async def hang(request: web.Request) -> web.Response:
+        asked.set()
+        while not release.is_set():  # until the test ends: the server then stops at once
+            await asyncio.sleep(0.05)
+        return web.Response()
+
+    def make_app() -> web.Application:
+        app = web.Application()
+        app.router.add_get("/hang", hang)
+        return app
+
+    with serve_in_thread(make_app) as url:
+        yield f"{url}/hang", asked
+        release.set()
+
+
+def test_sigterm_stops_a_run_at_once_with_long_urls_and_huge_parallelism(
+    tmp_path: Path, hanging_site
+) -> None:
+    """Long URLs that fail are redacted in linear time: the event loop stays free to see the
+    signal (quadratic redaction held it for minutes, and the run ignored SIGTERM)."""
+    hang_url, asked = hanging_site
+    closed = f"http://127.0.0.1:{free_port()}"
+    long_urls = [f"{closed}/{n}/{'a' * 60_000}" for n in range(4)]  # under the 64 KiB limit
+    urls_file = write_urls(tmp_path / "urls.txt", [hang_url, *long_urls])
+    proc = start(
+        "run",
+        str(urls_file),
+        "--dir",
+        str(tmp_path / "o"),
+        "--parallelism",
+        "10000",
+        "--retries",
+        "0",
+    )
+    try:
+        asked.wait(timeout=10)  # the run is under way
+        time.sleep(1.0)  # the long URLs have failed by now: their errors are being recorded
+        proc.send_signal(signal.SIGTERM)
+        started = time.monotonic()
+        _, stderr = proc.communicate(timeout=10)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.communicate()
+    assert proc.returncode == 130, stderr
+    assert time.monotonic() - started < 10
+    assert "interrupted" in stderr
+    assert asked.is_set()  # it was stopped in the middle of the run
+
+
+def test_sigterm_while_the_inputs_are_checked_is_an_interrupt_too(tmp_path: Path) -> None:
+    # A list of 400,000 URLs takes a while to check; SIGTERM then is exit 130, not a kill.
+    urls_file = tmp_path / "urls.txt"
+    urls_file.write_text("".join(f"http://127.0.0.1:1/{n}\n" for n in range(400_000)))
+    proc = start("run", str(urls_file), "--dir", str(tmp_path / "o"))
+    time.sleep(1.5)
+    proc.send_signal(signal.SIGTERM)
+    _, stderr = proc.communicate(timeout=10)
+    assert proc.returncode == 130, stderr

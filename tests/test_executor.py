@@ -330,6 +330,24 @@ async def test_parallelism_is_not_capped_at_100(tmp_path: Path) -> None:
     assert peak == 250
 
 
+async def test_workers_are_bounded_by_the_tasks_there_are(tmp_path: Path) -> None:
+    """A stream of 3 tasks at parallelism 10,000 starts 3 workers, not 10,000 (``scrapeflow
+    run`` streams its URL list: its total is not known to the engine)."""
+    tasks_alive: list[int] = []
+
+    @taskify
+    async def look(context: Context, key: str, status: StatusData) -> dict:
+        tasks_alive.append(len(asyncio.all_tasks()))
+        await asyncio.sleep(0.01)
+        return {}
+
+    stream = ((f"t{n}", {"n": n}) for n in range(3))
+    result = await execute_async([look], tmp_path, stream, max_parallelism=10_000)
+    assert result == ["t0", "t1", "t2"]
+    # the test's own task, the run's watchdog, and one worker per task
+    assert max(tasks_alive) <= 3 + 2
+
+
 async def test_tasks_are_streamed_not_materialised(tmp_path: Path) -> None:
     pulled = 0
     most_in_flight = 0

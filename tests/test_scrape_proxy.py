@@ -127,9 +127,10 @@ async def test_proxy_credentials_work_and_stay_out_of_files_and_logs(
     assert refused == []  # tinyproxy refused the wrong password; the site never saw the request
     assert "/page/6" not in watched_site.peers
     error = read_status(refused_dir, "p6")["scrape_status"]
-    # tinyproxy 1.11 refuses with a plain 401 (WWW-Authenticate, not the standard 407), which
-    # cannot be told from the site's own 401: it is recorded as the response it is.
-    assert error.startswith("ERROR HTTPStatusError::HTTP response 401")
+    # tinyproxy 1.11 refuses a wrong login with a 401 of its own (not the standard 407): a
+    # proxy failure (the proxy is set aside, another would be tried), not the site's answer.
+    assert error.startswith("ERROR NoProxyAvailable::no good proxy left")
+    assert "proxy refused the login" in error and "401" in error
 
     assert "run.start" in caplog.text  # the logs were captured, so the next check means something
     written = [p for p in tmp_path.rglob("*") if p.is_file()]

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import stat
 import sys
 from pathlib import Path
 
@@ -118,3 +119,39 @@ def test_the_task_set_check_refuses_before_anything_is_written(tmp_path: Path) -
     with pytest.raises(StatusCorrupt):
         check_task_set(used, tasks, executors=["scrape"])
     assert sorted(p.name for p in used.iterdir()) == ["a.status.json"]
+
+
+@pytest.mark.parametrize(
+    ("kind", "make"),
+    [
+        ("a directory", lambda path: path.mkdir()),
+        ("a FIFO", os.mkfifo),  # reading it would wait for a writer forever
+        ("a device", lambda path: path.symlink_to("/dev/zero")),  # reading it never ends
+    ],
+)
+async def test_a_status_file_that_is_not_a_file_is_refused_never_read(
+    tmp_path: Path, kind: str, make
+) -> None:
+    (tmp_path / "ok.status.json").write_text('{"name": "ok", "params": {}, "a_status": "SUCCESS"}')
+    make(tmp_path / "odd.status.json")
+    with pytest.raises(StatusError, match=f"odd.status.json is {kind}, not a status file"):
+        summarize(tmp_path)
+    # ... and not skipped as a foreign file either: it is not one scrapeflow could have written
+    with pytest.raises(StatusError, match=kind):
+        summarize(tmp_path, on_skip=lambda path, problem: None)
+    with pytest.raises(StatusError, match=kind):
+        await execute_async([scrape], tmp_path, {"odd": {"url": "http://127.0.0.1:1/"}})
+
+
+async def test_the_store_writes_owner_only_files_in_owner_only_directories(tmp_path: Path) -> None:
+    old_umask = os.umask(0o022)
+    try:
+        store = JsonDirStore(tmp_path / "a" / "b")
+        await store.prepare()
+        await store.save("k", {"name": "k", "params": {}})
+        await store.save("k", {"name": "k", "params": {}, "more": 1})  # replaced
+    finally:
+        os.umask(old_umask)
+    assert stat.S_IMODE((tmp_path / "a").stat().st_mode) == 0o700
+    assert stat.S_IMODE((tmp_path / "a" / "b").stat().st_mode) == 0o700
+    assert stat.S_IMODE(store.path("k").stat().st_mode) == 0o600

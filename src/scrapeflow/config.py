@@ -118,7 +118,8 @@ class Settings(BaseSettings):
     heartbeat: Seconds = 30.0
     """Seconds between two heartbeats of the accesses a launcher holds."""
     watchdog_minutes: Annotated[float, Field(gt=0, le=10_080, allow_inf_nan=False)] = 15.0
-    """Minutes without a heartbeat before the watchdog resets an access."""
+    """Minutes without a heartbeat before the watchdog resets an access (at least 3 of the
+    launcher's heartbeat intervals, whatever the limit)."""
     initial_days: Annotated[int, Field(ge=0, le=36_600)] = 14
     """Days of movements read the first time an account is seen."""
     overlap_days: Annotated[int, Field(ge=0, le=3_660)] = 3

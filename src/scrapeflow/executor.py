@@ -15,10 +15,11 @@ up where it was.
 from __future__ import annotations
 
 import asyncio
+import itertools
 import math
 import time
 from array import array
-from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Coroutine, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -69,7 +70,8 @@ DEFAULT_TIMEOUT = 30.0
 """Seconds a task may run before it is cancelled and recorded as a ``TimeoutError``."""
 
 DEFAULT_MAX_PARALLELISM = 100
-"""Concurrent tasks when ``max_parallelism`` is not given. Not a cap: any positive int works."""
+"""Concurrent tasks when ``max_parallelism`` is not given. Not a cap: any positive int works,
+and never starts more workers than there are tasks."""
 
 TaskInput = Mapping[str, Params] | Iterable[str] | Iterable[tuple[str, Params]]
 
@@ -188,10 +190,7 @@ async def execute_async(
         executors=[executor_name(e) for e in chain],
     )
     try:
-        workers = (
-            parallelism if progress.total is None else max(1, min(parallelism, progress.total))
-        )
-        await run.run_all(_task_stream(tasks), workers)
+        await run.run_all(_task_stream(tasks), parallelism)
     finally:
         if own_client:
             await client.aclose()
@@ -296,20 +295,28 @@ class _Run:
         return [keys[i] for i in sorted(range(len(keys)), key=at.__getitem__)]
 
     async def run_all(self, stream: Iterator[tuple[int, str, Params | None]], workers: int) -> None:
-        clocks = [TaskClock(None) for _ in range(workers)]
-        pool = [asyncio.create_task(self._worker(stream, clock)) for clock in clocks]
-        watchdog = asyncio.create_task(self._watch(clocks))
+        """Run every task of ``stream`` on at most ``workers`` workers, each started with a task
+        in hand: never more workers than tasks (a 2-URL list at parallelism 10,000 runs 2)."""
+        pool = _Pool(stream)
         try:
-            done, pending = await asyncio.wait(pool, return_when=asyncio.FIRST_EXCEPTION)
+            # All at once, as a pool of `workers` would start: the first requests leave together.
+            for item in itertools.islice(stream, workers):
+                pool.spawn(self._worker, item)
+        except BaseException:  # a bad task in the stream: stop the ones started
+            await _cancel_all(pool.tasks)
+            raise
+        if not pool.tasks:
+            return
+        watchdog = asyncio.create_task(self._watch(pool.clocks))
+        try:
+            await pool.finished.wait()
         except asyncio.CancelledError:
-            await _cancel_all([*pool, watchdog])
+            await _cancel_all([*pool.tasks, watchdog])
             raise
         await _cancel_all([watchdog])
-        for task in done:
-            error = None if task.cancelled() else task.exception()
-            if error is not None:
-                await _cancel_all(pending)
-                raise error
+        if pool.error is not None:
+            await _cancel_all(pool.tasks)
+            raise pool.error
 
     async def _watch(self, clocks: list[TaskClock]) -> None:
         """Cancel an executor whose task is past its deadline (a timer per run, not per call)."""
@@ -324,9 +331,7 @@ class _Run:
                     if clock.task is not None:
                         clock.task.cancel()
 
-    async def _worker(
-        self, stream: Iterator[tuple[int, str, Params | None]], clock: TaskClock
-    ) -> None:
+    async def _worker(self, pool: _Pool, clock: TaskClock, first: _Item) -> None:
         clock.task = asyncio.current_task()
         task_clock.set(clock)  # this worker's own context: set once, reused for every task
         timeout = self.context.timeout_seconds
@@ -334,7 +339,9 @@ class _Run:
         progress = self.progress
         # Tasks are pulled one at a time, so memory holds `workers` tasks, never the whole set.
         in_flight = self._in_flight
-        for index, key, params in stream:
+        item: _Item | None = first
+        while item is not None:
+            index, key, params = item
             while key in in_flight:  # the same key twice in the input: one after the other
                 waiter = in_flight[key] or asyncio.Event()
                 in_flight[key] = waiter
@@ -364,6 +371,7 @@ class _Run:
                     key=key, ok=ok, skipped=ok and not ran_any, statuses=self._statuses(status)
                 )
                 self.on_progress(progress)
+            item = next(pool.stream, None)
 
     def _statuses(self, status: StatusData) -> dict[str, str]:
         return {n: str(status.get(f"{n}_status", "")) for n in self.names}
@@ -407,6 +415,41 @@ class _Run:
             )
         status["name"] = key
         return status
+
+
+_Item = tuple[int, str, Params | None]
+_WorkerBody = Callable[["_Pool", TaskClock, _Item], Coroutine[Any, Any, None]]
+
+
+class _Pool:
+    """The workers of a run, each started with its first task in hand (so never more workers
+    than tasks); ``finished`` is set when they have all ended, or at the first one that failed
+    (``error``)."""
+
+    def __init__(self, stream: Iterator[_Item]) -> None:
+        self.stream = stream
+        self.tasks: list[asyncio.Task[None]] = []
+        self.clocks: list[TaskClock] = []
+        self.finished = asyncio.Event()
+        self.error: BaseException | None = None
+        self._running = 0
+
+    def spawn(self, body: _WorkerBody, first: _Item) -> None:
+        clock = TaskClock(None)
+        self.clocks.append(clock)
+        task = asyncio.create_task(body(self, clock, first))
+        self.tasks.append(task)
+        self._running += 1
+        task.add_done_callback(self._ended)
+
+    def _ended(self, task: asyncio.Task[None]) -> None:
+        self._running -= 1
+        error = None if task.cancelled() else task.exception()
+        if error is not None and self.error is None:
+            self.error = error
+            self.finished.set()
+        if self._running == 0:
+            self.finished.set()
 
 
 def _as_stored(params: Params) -> Any:

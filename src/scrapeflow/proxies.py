@@ -41,6 +41,7 @@ from scrapeflow.errors import (
     ProxiesNotLoaded,
     ProxyListUnavailable,
 )
+from scrapeflow.urllist import open_regular_file
 
 __all__ = [
     "ANY_COUNTRY",
@@ -207,12 +208,13 @@ class ProxyProviderFromList(ProxyProvider):
         >>> ProxyProviderFromList.from_file("proxies.txt")  # doctest: +SKIP
         """
         path = Path(path)
+        # A regular file only: a FIFO would block, /dev/zero never end.
+        with open_regular_file(path, what="proxy list") as handle:
+            raw = handle.read()
         try:
-            lines = path.read_text(encoding="utf-8").splitlines()
+            lines = raw.decode("utf-8").splitlines()
         except UnicodeDecodeError:
             raise InputError(f"{path}: the proxy list is not UTF-8 text") from None
-        except OSError as exc:
-            raise InputError(f"{path}: cannot read the proxy list ({exc.strerror})") from None
         proxies = []
         for lineno, line in enumerate(lines, start=1):
             text = line.strip()

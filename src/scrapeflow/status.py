@@ -12,7 +12,8 @@ A task's status is a JSON object (the seed's ``<key>.status.json``)::
 
 Where statuses live is a :class:`StatusStore`. The default, :class:`JsonDirStore`, is the seed's
 format: one file per task in a directory, each written atomically (temp file + rename), so a run
-killed at any moment never leaves a cut file behind.
+killed at any moment never leaves a cut file behind. Files are created owner-only (0600), and so
+are the directories the store makes (0700).
 """
 
 from __future__ import annotations
@@ -26,7 +27,13 @@ from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 
 import orjson
 
-from scrapeflow._util.atomic import atomic_write_bytes, sweep_stale_temp_files
+from scrapeflow._util.atomic import (
+    NotARegularFile,
+    atomic_write_bytes,
+    make_private_dirs,
+    read_regular_file,
+    sweep_stale_temp_files,
+)
 from scrapeflow._util.logs import get_logger
 from scrapeflow.errors import InputError, MissingExtra, StatusCorrupt, StatusError, TaskConflict
 
@@ -135,7 +142,7 @@ class JsonDirStore:
 
     async def prepare(self) -> None:
         try:
-            self.directory.mkdir(parents=True, exist_ok=True)
+            make_private_dirs(self.directory)  # owner-only, like the files written in it
             probe = self.directory / f".scrapeflow-write-probe-{os.getpid()}"
             probe.write_bytes(b"")
             probe.unlink()
@@ -171,12 +178,18 @@ def dump_status(status: StatusData) -> bytes:
 
 
 def load_status_file(path: str | Path) -> StatusData | None:
-    """Parse one status file; ``None`` if absent, :class:`StatusCorrupt` if not a status."""
+    """Parse one status file; ``None`` if absent, :class:`StatusCorrupt` if not a status,
+    :class:`StatusError` if it is not a regular file (a directory, a FIFO, a device)."""
     try:
-        with open(path, "rb") as handle:
-            raw = handle.read()
+        raw = read_regular_file(path)
     except FileNotFoundError:
         return None
+    except NotARegularFile as exc:
+        # Not StatusCorrupt, which readers may skip: reading what is there could block (a FIFO)
+        # or never end (a link to /dev/zero), and no scrapeflow run makes one.
+        raise StatusError(
+            f"{path} is {exc.kind}, not a status file; move it out of the directory"
+        ) from None
     try:
         status = orjson.loads(raw)
     except orjson.JSONDecodeError as exc:

@@ -1,23 +1,35 @@
 """URL lists: one URL per line, checked before anything is fetched.
 
-Blank lines and lines starting with ``#`` are ignored. Each URL becomes a task whose key is the
-MD5 of the URL (the seed's example ``name``) and whose params are ``{"url": url}``. A URL listed
-twice is one task.
+Blank lines and lines starting with ``#`` are ignored; a line may be 64 KiB long at most
+(:data:`MAX_LINE_BYTES`), and the file must be a regular file (it is read twice). Each URL
+becomes a task whose key is the MD5 of the URL (the seed's example ``name``) and whose params
+are ``{"url": url}``. A URL listed twice is one task.
 """
 
 from __future__ import annotations
 
 import hashlib
+import os
+import stat
 from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
+from typing import BinaryIO
 
 import yarl
 
+from scrapeflow._util.atomic import file_kind
 from scrapeflow.errors import InputError
 from scrapeflow.status import Params
 
-__all__ = ["UrlList", "check_url", "list_lines", "url_key"]
+__all__ = ["MAX_LINE_BYTES", "UrlList", "check_url", "list_lines", "open_regular_file", "url_key"]
+
+MAX_LINE_BYTES = 64 * 1024
+"""The longest line a list file may hold. Browsers take URLs up to about 2 MB, but servers
+refuse far less (nginx, Apache: 8 KB; CDNs: 16-32 KB), so a longer URL could never be fetched;
+and a task's URL is kept in its status file and in memory for every task in flight (10,000 at
+most): 64 KiB each stays bounded. A longer line is refused, named by its number."""
 
 
 def url_key(url: str) -> str:
@@ -80,23 +92,62 @@ class UrlList:
 
 def list_lines(path: Path) -> Iterator[tuple[int, str]]:
     """``(line number, text)`` of every line of a list file that is not blank or a ``#``
-    comment, without its line end; :class:`InputError` names a file that cannot be read."""
+    comment, without its line end; :class:`InputError` names a file that cannot be read, is
+    not a regular file (a FIFO, a device: the list is read twice, and would block or never
+    end), is not UTF-8, or has a line longer than :data:`MAX_LINE_BYTES`.
+    """
+    with open_regular_file(path, what="URL list") as handle:
+        lineno = 0
+        while True:
+            # Bounded reads: a 50 MB "line" is refused after reading 64 KiB of it.
+            raw = handle.readline(MAX_LINE_BYTES + 2)
+            if not raw:
+                return
+            lineno += 1
+            content = raw.rstrip(b"\r\n")
+            if len(content) > MAX_LINE_BYTES:
+                raise InputError(
+                    f"{path}:{lineno}: line longer than {MAX_LINE_BYTES // 1024} KiB "
+                    "(no server takes a URL that long)"
+                )
+            try:
+                text = content.decode("utf-8")
+            except UnicodeDecodeError as exc:
+                raise InputError(f"{path}:{lineno}: not UTF-8 text ({exc.reason})") from None
+            if text.strip() and not text.lstrip().startswith("#"):
+                yield lineno, text
+
+
+@contextmanager
+def open_regular_file(path: Path, *, what: str) -> Iterator[BinaryIO]:
+    """``path`` opened for reading in binary, or :class:`InputError` if it cannot be read or
+    is not a regular file (``what`` names the file in the message: "URL list").
+
+    Never blocks: a FIFO is opened without waiting for a writer, then refused; so is a device
+    such as ``/dev/zero``, which would never end.
+    """
     try:
-        handle = open(path, encoding="utf-8")  # noqa: SIM115 - closed by the with below
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
     except FileNotFoundError:
         raise InputError(f"{path}: no such file") from None
-    except IsADirectoryError:
-        raise InputError(f"{path}: is a directory, not a URL list") from None
     except OSError as exc:
-        raise InputError(f"{path}: cannot read ({exc.strerror})") from None
+        raise InputError(f"{path}: cannot read the {what} ({exc.strerror})") from None
+    try:
+        mode = os.fstat(fd).st_mode
+        if stat.S_ISDIR(mode):
+            raise InputError(f"{path}: is a directory, not a {what}")
+        if not stat.S_ISREG(mode):
+            raise InputError(f"{path}: is {file_kind(mode)}; a {what} must be a regular file")
+        os.set_blocking(fd, True)
+        handle = os.fdopen(fd, "rb")
+    except BaseException:
+        os.close(fd)
+        raise
     with handle:
         try:
-            for lineno, line in enumerate(handle, start=1):
-                text = line.rstrip("\r\n")
-                if text.strip() and not text.lstrip().startswith("#"):
-                    yield lineno, text
-        except UnicodeDecodeError as exc:
-            raise InputError(f"{path}: not UTF-8 text ({exc.reason})") from None
+            yield handle
+        except OSError as exc:
+            raise InputError(f"{path}: cannot read the {what} ({exc.strerror})") from None
 
 
 def _lines(path: Path, *, check: bool) -> Iterator[tuple[int, str]]:

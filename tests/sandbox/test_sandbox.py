@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import os
 import signal
+import stat
 import subprocess
 import sys
 import time
@@ -15,7 +16,14 @@ import aiohttp
 import pytest
 
 from scrapeflow.errors import SandboxAdminError
-from scrapeflow.sandbox import Sandbox, SandboxAdmin, SandboxConfig
+from scrapeflow.sandbox import (
+    PlainSite,
+    Sandbox,
+    SandboxAdmin,
+    SandboxConfig,
+    serve,
+    serve_in_thread,
+)
 
 
 @pytest.mark.parametrize("profile", ["none", "realistic", "hostile"])
@@ -86,6 +94,7 @@ def test_sandbox_command_writes_the_manifest_and_stops_on_sigterm(tmp_path: Path
         while not manifest.exists() and time.monotonic() < deadline:
             time.sleep(0.05)
         assert json.loads(manifest.read_text()) == printed
+        assert stat.S_IMODE(manifest.stat().st_mode) == 0o600  # it holds the admin token
         assert printed["seed"] == 3 and printed["admin_token"] == "from-env"
         assert printed["switches"]["captcha_rate"] == 0.5
         assert printed["switches"]["ban_mode"] == "empty"
@@ -149,3 +158,24 @@ async def test_empty_ban_mode_falls_back_to_403_on_banks() -> None:
 def test_customer_count_is_bounded() -> None:
     with pytest.raises(ValueError, match="customers must be between 1 and 999,999"):
         Sandbox(SandboxConfig(customers=1_000_000))
+
+
+@pytest.mark.parametrize("host", ["", "0.0.0.0", "::", "192.168.1.10", "example.com"])
+async def test_the_library_serves_beyond_loopback_only_when_allowed(host: str) -> None:
+    refused = "is not a loopback address"
+    with pytest.raises(ValueError, match=refused):
+        SandboxConfig(host=host)
+    with pytest.raises(ValueError, match=refused):
+        async with serve(PlainSite().app(), host=host):
+            pass
+    with pytest.raises(ValueError, match=refused), serve_in_thread(PlainSite().app, host=host):
+        pass
+    assert SandboxConfig(host=host, allow_remote=True).host == host  # on purpose: accepted
+
+
+async def test_any_loopback_address_is_served() -> None:
+    config = SandboxConfig(host="127.0.0.2", latency_ms=(0, 0), admin_token="tok")
+    async with Sandbox(config) as sandbox, aiohttp.ClientSession() as session:
+        assert all(url.startswith("http://127.0.0.2:") for url in sandbox.urls.values())
+        async with session.get(f"{sandbox.urls['plain']}/page/1") as r:
+            assert r.status == 200

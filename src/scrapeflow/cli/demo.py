@@ -7,7 +7,7 @@ from typing import Annotated
 
 import typer
 
-from scrapeflow.cli._common import err, out, settings
+from scrapeflow.cli._common import err, fail, out, settings
 
 __all__ = ["demo"]
 
@@ -26,5 +26,18 @@ def demo(
     from scrapeflow.cli._demo import run_demo
 
     settings(ctx)  # the log level
+    if dir is not None:
+        _check_directory(dir)
     code = run_demo(pages=pages, directory=dir, out=out, err=err)
     raise typer.Exit(code)
+
+
+def _check_directory(directory: Path) -> None:
+    """Refuse, before the sandbox starts, a --dir that cannot hold the status files."""
+    import os
+
+    if directory.exists() and not directory.is_dir():
+        fail(f"--dir {directory}: not a directory")
+    parent = next((p for p in (directory, *directory.parents) if p.exists()), Path("."))
+    if not os.access(parent, os.W_OK | os.X_OK):
+        fail(f"--dir {directory}: {parent} is not a writable directory")

@@ -11,16 +11,29 @@ from scrapeflow.cli._common import fail, run_async, settings
 
 __all__ = ["sandbox"]
 
+_MAX_LATENCY_MS = 60_000.0
+"""A minute per response: slower is never what a test wants (and inf would hang every client)."""
+
 
 def sandbox(
     ctx: typer.Context,
     host: Annotated[
-        str, typer.Option(help="Address to serve on (keep it on loopback).")
+        str, typer.Option(help="Loopback address to serve on (127.0.0.0/8, ::1, localhost).")
     ] = "127.0.0.1",
+    allow_remote: Annotated[
+        bool,
+        typer.Option(
+            "--allow-remote",
+            help="Allow a --host beyond loopback: the admin API gives out bank passwords.",
+        ),
+    ] = False,
     seed: Annotated[int, typer.Option(help="Same seed, same data.")] = 0,
     latency_ms: Annotated[
         str | None,
-        typer.Option(help="Latency per response, 'A-B' ms, for every site (default: per site)."),
+        typer.Option(
+            help="Latency per response, 'A-B' ms (at most 60000), for every site "
+            "(default: per site)."
+        ),
     ] = None,
     hostility: Annotated[
         str, typer.Option(help="Profile: none, realistic or hostile.")
@@ -38,7 +51,8 @@ def sandbox(
 ) -> None:
     """Serve every sandbox site on loopback until Ctrl-C; print the manifest as JSON.
 
-    The admin token comes from SCRAPEFLOW_SANDBOX_ADMIN_TOKEN, or is made up and printed.
+    The admin token comes from SCRAPEFLOW_SANDBOX_ADMIN_TOKEN, or is made up and printed. The
+    manifest file is written owner-only (0600): it holds the token.
     """
     import asyncio
     import json
@@ -50,7 +64,12 @@ def sandbox(
     try:
         latency = None if latency_ms is None else _parse_range(latency_ms)
     except ValueError:
-        fail(f"--latency-ms must be 'A-B' with 0 <= A <= B, got {latency_ms!r}")
+        fail(
+            f"--latency-ms must be 'A-B' with 0 <= A <= B <= {_MAX_LATENCY_MS:,.0f}, "
+            f"got {latency_ms!r}"
+        )
+    if manifest is not None:
+        _check_writable(manifest)
     switches: dict[str, str] = {}
     for item in switch or []:
         name, sep, value = item.partition("=")
@@ -66,6 +85,7 @@ def sandbox(
             latency_ms=latency,
             admin_token=token.get_secret_value() if token else None,
             customers=customers,
+            allow_remote=allow_remote,
         )
         running = Sandbox(config)
     except ValueError as exc:
@@ -91,6 +111,17 @@ def _parse_range(text: str) -> tuple[float, float]:
     low_text, _, high_text = text.partition("-")
     low = float(low_text)
     high = float(high_text) if high_text else low
-    if not 0 <= low <= high:
+    if not 0 <= low <= high <= _MAX_LATENCY_MS:  # also refuses nan and inf
         raise ValueError(text)
     return low, high
+
+
+def _check_writable(manifest: Path) -> None:
+    """Refuse, before serving, a --manifest that cannot be written."""
+    import os
+
+    if manifest.is_dir():
+        fail(f"--manifest {manifest}: is a directory")
+    parent = manifest.parent
+    if not parent.is_dir() or not os.access(parent, os.W_OK | os.X_OK):
+        fail(f"--manifest {manifest}: {parent} is not a writable directory")

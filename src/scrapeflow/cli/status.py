@@ -26,19 +26,20 @@ def status(
 
     settings(ctx)  # the log level
     if not dir.is_dir():
-        fail(f"{dir}: no such directory")
+        fail(f"{dir}: not a directory" if dir.exists() else f"{dir}: no such directory")
     skipped: list[Path] = []
+    # A status "file" that is a directory, a FIFO or a device is refused (exit 2), never read.
     with input_errors():
         summary = summarize(dir, on_skip=lambda path, problem: skipped.append(path))
-    if skipped:
-        err.print(
-            Text(
-                f"note: skipped {len(skipped):,} file(s) that are not scrapeflow statuses "
-                f"(first: {skipped[0].name})"
-            )
-        )
+    foreign = (
+        f"{len(skipped):,} file(s) that are not scrapeflow statuses (first: {skipped[0].name})"
+        if skipped
+        else ""
+    )
     if not summary:
-        fail(f"{dir}: no status files")
+        fail(f"{dir}: no status files" + (f"; skipped {foreign}" if foreign else ""))
+    if foreign:
+        err.print(Text(f"note: skipped {foreign}"))
     if as_json:
         out.print_json(json.dumps({name: dict(c) for name, c in summary.items()}))
     else:

@@ -487,11 +487,11 @@ class HttpClient:
                         f"body over the {limit}-byte limit", url=redact(url), attempts=attempt
                     )
                 chunks.append(chunk)
-            if proxy is not None and (r.status == 407 or "Proxy-Authenticate" in r.headers):
+            if proxy is not None and _proxy_refused_login(r.status, r.headers):
                 raise aiohttp.ClientHttpProxyError(
                     _without_credentials(r.request_info),
                     (),
-                    status=407,
+                    status=r.status,
                     message="proxy refused the login",
                 )
             return Response(
@@ -572,6 +572,23 @@ class HttpClient:
             url=shown,
             attempts=attempts,
         )
+
+
+def _proxy_refused_login(status: int, headers: CIMultiDictProxy[str]) -> bool:
+    """Whether an answer through a proxy is the proxy refusing our credentials, not the site.
+
+    The standard refusal is a 407 with a ``Proxy-Authenticate`` challenge. tinyproxy answers a
+    wrong BasicAuth login with a 401 of its own instead (``Server: tinyproxy/...``, and no
+    ``Via``: an answer a proxy relays from the site carries the proxy's ``Via``). Taken for the
+    site's 401, it would fail the task as if the site refused us, and never try another proxy.
+    """
+    if status == 407 or "Proxy-Authenticate" in headers:
+        return True
+    return (
+        status == 401
+        and "Via" not in headers
+        and headers.get("Server", "").lower().startswith("tinyproxy/")
+    )
 
 
 def _error_text(error: BaseException) -> str:

@@ -31,7 +31,7 @@ from scrapeflow.sandbox._clock import SandboxClock
 from scrapeflow.sandbox._feed import FeedSite
 from scrapeflow.sandbox._hostility import Hostility
 from scrapeflow.sandbox._plainsite import PlainSite, SiteConfig
-from scrapeflow.sandbox._server import run_in_thread, serve
+from scrapeflow.sandbox._server import check_host, run_in_thread, serve
 from scrapeflow.sandbox._site import SandboxSite, SandboxState
 from scrapeflow.sandbox.banks import ApiBank, BankSettings, FormBank, LegacyBank
 
@@ -59,7 +59,12 @@ _OTHER_BANK_SETTINGS = {
 @dataclass(frozen=True)
 class SandboxConfig:
     """How to run a sandbox. ``latency_ms=None`` keeps each site's realistic default
-    (banks 80-250 ms, feed 20-80 ms, plain site none); a range applies to every site."""
+    (banks 80-250 ms, feed 20-80 ms, plain site none); a range applies to every site.
+
+    ``host`` must be a loopback address (``127.0.0.0/8``, ``::1``, ``localhost``) unless
+    ``allow_remote=True``: the admin API hands out every customer's password. Otherwise the
+    config is refused with ``ValueError``.
+    """
 
     host: str = "127.0.0.1"
     seed: int = 0
@@ -70,6 +75,10 @@ class SandboxConfig:
     customers: int = 10_000
     feed_profiles: int = 1000
     plain_pages: int = 1000
+    allow_remote: bool = False
+
+    def __post_init__(self) -> None:
+        check_host(self.host, allow_remote=self.allow_remote)
 
     def feed_hostility(self) -> Hostility:
         return Hostility.profile(self.hostility).with_switches(self.switches)
@@ -128,11 +137,11 @@ class Sandbox:
         host = self.config.host
         try:
             self.urls["plain"] = await self._stack.enter_async_context(
-                serve(self.plain.app(), host=host)
+                serve(self.plain.app(), host=host, allow_remote=self.config.allow_remote)
             )
             for name, site in self.sites.items():
                 self.urls[name] = await self._stack.enter_async_context(
-                    serve(site.app(), host=host)
+                    serve(site.app(), host=host, allow_remote=self.config.allow_remote)
                 )
         except BaseException:
             await self._stack.aclose()

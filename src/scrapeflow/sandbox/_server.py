@@ -1,9 +1,14 @@
-"""Serve sandbox apps on loopback: in this event loop, or in a thread of their own."""
+"""Serve sandbox apps on loopback: in this event loop, or in a thread of their own.
+
+Loopback only unless asked: the sandbox's admin API hands out every customer's bank password,
+and an empty host (or ``0.0.0.0``, ``::``) would bind every interface.
+"""
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import ipaddress
 import threading
 from collections.abc import AsyncIterator, Callable, Iterator
 from contextlib import AbstractAsyncContextManager
@@ -11,14 +16,42 @@ from typing import TypeVar
 
 from aiohttp import web
 
-__all__ = ["run_in_thread", "serve", "serve_in_thread"]
+__all__ = ["check_host", "run_in_thread", "serve", "serve_in_thread"]
 
 T = TypeVar("T")
 
 
+def check_host(host: str, *, allow_remote: bool = False) -> None:
+    """Raise ``ValueError`` unless ``host`` is a loopback address (``127.0.0.0/8``, ``::1``,
+    ``localhost``) or ``allow_remote`` is true."""
+    if allow_remote or _is_loopback(host):
+        return
+    shown = "''" if not host else repr(host)
+    raise ValueError(
+        f"host {shown} is not a loopback address (127.0.0.0/8, ::1 or localhost): the sandbox "
+        "would serve its admin API and its customers' bank passwords beyond this machine; "
+        "give --allow-remote (allow_remote=True) to do that on purpose"
+    )
+
+
+def _is_loopback(host: str) -> bool:
+    if host.lower() == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host.removeprefix("[").removesuffix("]")).is_loopback
+    except ValueError:  # "" (every interface) or a name: it may resolve anywhere
+        return False
+
+
 @contextlib.asynccontextmanager
-async def serve(app: web.Application, host: str = "127.0.0.1", port: int = 0) -> AsyncIterator[str]:
-    """Serve ``app`` in the running event loop; yields its base URL (``http://host:port``)."""
+async def serve(
+    app: web.Application, host: str = "127.0.0.1", port: int = 0, *, allow_remote: bool = False
+) -> AsyncIterator[str]:
+    """Serve ``app`` in the running event loop; yields its base URL (``http://host:port``).
+
+    ``host`` must be a loopback address unless ``allow_remote`` (``ValueError`` otherwise).
+    """
+    check_host(host, allow_remote=allow_remote)
     runner = web.AppRunner(app, access_log=None, handle_signals=False)
     await runner.setup()
     try:
@@ -75,8 +108,13 @@ def run_in_thread(make: Callable[[], AbstractAsyncContextManager[T]]) -> Iterato
 
 @contextlib.contextmanager
 def serve_in_thread(
-    make_app: Callable[[], web.Application], host: str = "127.0.0.1", port: int = 0
+    make_app: Callable[[], web.Application],
+    host: str = "127.0.0.1",
+    port: int = 0,
+    *,
+    allow_remote: bool = False,
 ) -> Iterator[str]:
     """Serve the app made by ``make_app`` from a daemon thread; yields its base URL."""
-    with run_in_thread(lambda: serve(make_app(), host, port)) as url:
+    check_host(host, allow_remote=allow_remote)
+    with run_in_thread(lambda: serve(make_app(), host, port, allow_remote=allow_remote)) as url:
         yield url
