@@ -118,7 +118,8 @@ def service(tmp_path: Path, sandbox: Sandbox) -> Iterator[Service]:
         "PYTHONUNBUFFERED": "1",
     }
     process, url = start_service(env)
+    running = Service(url, env, db_url, process)
     try:
-        yield Service(url, env, db_url, process)
+        yield running
     finally:
-        stop_service(process)
+        stop_service(running.process)  # a test may have restarted it
