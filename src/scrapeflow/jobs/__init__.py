@@ -14,15 +14,8 @@ True
 from __future__ import annotations
 
 from scrapeflow.jobs._memory import MemoryJobStore
-from scrapeflow.jobs._model import (
-    ACTIVE_STATES,
-    Job,
-    JobHandler,
-    JobKinds,
-    JobState,
-    new_job_id,
-)
-from scrapeflow.jobs._runner import EmbeddedJobQueue, JobContext, JobQueue
+from scrapeflow.jobs._model import ACTIVE_STATES, Job, JobState, new_job_id
+from scrapeflow.jobs._runner import EmbeddedJobQueue, JobContext, JobHandler, JobKinds, JobQueue
 from scrapeflow.jobs._store import JobStore, SqlJobStore, jobs_table
 
 __all__ = [

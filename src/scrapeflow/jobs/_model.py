@@ -5,15 +5,11 @@ from __future__ import annotations
 import enum
 import secrets
 import time
-from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
 from datetime import datetime
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
-if TYPE_CHECKING:
-    from scrapeflow.jobs._runner import JobContext
-
-__all__ = ["ACTIVE_STATES", "Job", "JobHandler", "JobKinds", "JobState", "new_job_id"]
+__all__ = ["ACTIVE_STATES", "Job", "JobState", "new_job_id"]
 
 
 class JobState(enum.StrEnum):
@@ -85,13 +81,3 @@ class Job:
 
 def _iso(value: datetime | None) -> str | None:
     return None if value is None else value.isoformat()
-
-
-JobHandler = Callable[["JobContext"], Awaitable[Mapping[str, Any] | None]]
-"""Runs one job: reads ``context.job.params``, reports ``context.progress(...)``, returns the
-result summary (JSON-ready) or None. Raising fails the job (its message is recorded); being
-cancelled ends it ``cancelled``. A job may run again after a crash: its effects must be
-idempotent."""
-
-JobKinds = Mapping[str, JobHandler]
-"""The job kinds a queue runs, by name. Kinds are chosen by name only, never by import path."""

@@ -26,10 +26,10 @@ from typing import Any, Protocol
 from scrapeflow._util.logs import get_logger
 from scrapeflow._util.redact import redact
 from scrapeflow.errors import JobNotFound, UnknownJobKind
-from scrapeflow.jobs._model import Job, JobKinds, JobState, new_job_id
+from scrapeflow.jobs._model import Job, JobState, new_job_id
 from scrapeflow.jobs._store import JobStore
 
-__all__ = ["EmbeddedJobQueue", "JobContext", "JobQueue"]
+__all__ = ["EmbeddedJobQueue", "JobContext", "JobHandler", "JobKinds", "JobQueue"]
 
 _log = get_logger(__name__)
 _MAX_ERROR = 1_000
@@ -73,6 +73,16 @@ class JobContext:
     def progress(self, **counts: int) -> None:
         """Set progress counters (``done=10, total=300``); stored with the next heartbeat."""
         self.counts.update(counts)
+
+
+JobHandler = Callable[[JobContext], Awaitable[Mapping[str, Any] | None]]
+"""Runs one job: reads ``context.job.params``, reports ``context.progress(...)``, returns the
+result summary (JSON-ready) or None. Raising fails the job (its message is recorded); being
+cancelled ends it ``cancelled``. A job may run again after a crash: its effects must be
+idempotent."""
+
+JobKinds = Mapping[str, JobHandler]
+"""The job kinds a queue runs, by name. Kinds are chosen by name only, never by import path."""
 
 
 class EmbeddedJobQueue:
