@@ -295,17 +295,22 @@ async def test_a_pending_transaction_is_booked_later_with_the_same_id(api: Api) 
         found = [
             (a, m) for a in truth["accounts"] for m in truth["movements"][a["id"]] if m["pending"]
         ]
-        if found:
-            customer, (account, movement) = n, found[0]
+        if len(found) >= 3:  # one in five is withdrawn instead: enough to keep one that posts
+            customer, account = n, found[0][0]
             break
     assert customer is not None, "no pending movement among the first customers"
+    waiting = [m for m in truth["movements"][account["id"]] if m["pending"]]
     token = await api.token(customer)
     since = (today - timedelta(days=5)).isoformat()
     before = {t["id"]: t for t in await api.transactions(token, account["id"], dateFrom=since)}
-    assert before[movement["ref"]]["status"] == "PENDING"
-    assert before[movement["ref"]]["balanceAfter"] is None
+    assert all(before[m["ref"]]["status"] == "PENDING" for m in waiting)
+    assert all(before[m["ref"]]["balanceAfter"] is None for m in waiting)
     await api.admin.advance(timedelta(days=3))
     after = {t["id"]: t for t in await api.transactions(token, account["id"], dateFrom=since)}
+    later = await api.truth(customer, today - timedelta(days=5))
+    still = {m["ref"] for m in later["movements"][account["id"]]}
+    assert all(m["ref"] not in after for m in waiting if m["ref"] not in still)  # withdrawn
+    movement = next(m for m in waiting if m["ref"] in still)
     booked = after[movement["ref"]]
     assert booked["status"] == "BOOKED" and booked["balanceAfter"] is not None
     assert booked["amount"] == before[movement["ref"]]["amount"]

@@ -12,8 +12,10 @@ Customers are numbered 1..``customers``. Per bank, customer ``n``:
 
 Movements start 120 days before the sandbox epoch. Each day brings 0-3 movements per account at
 a time of day; about half the card purchases stay **pending** 1-3 days, then **post** with a
-new description and the posting day as value date. Only movements that have appeared by the
-clock's time exist; balances count booked movements only.
+new description and the posting day as value date; one pending purchase in five is **withdrawn**
+instead (a cancelled card authorisation): at what would have been its posting time it is gone.
+Only movements that have appeared by the clock's time exist; balances count booked movements
+only.
 """
 
 from __future__ import annotations
@@ -148,6 +150,8 @@ class _Draft:
     description: str
     appeared_at: datetime
     posted_at: datetime
+    """When it posts, or, when ``withdrawn``, when it disappears."""
+    withdrawn: bool = False
 
 
 class World:
@@ -325,7 +329,7 @@ def _movements_cached(
     seed: int, account: Account, start: date, at: datetime
 ) -> tuple[Movement, ...]:
     drafts = [d for day in _days(start, at.date()) for d in _drafts(seed, account, day)]
-    visible = [d for d in drafts if d.appeared_at <= at]
+    visible = [d for d in drafts if d.appeared_at <= at and not (d.withdrawn and d.posted_at <= at)]
     booked = sorted((d for d in visible if d.posted_at <= at), key=lambda d: (d.posted_at, d.ref))
     pending = sorted((d for d in visible if d.posted_at > at), key=lambda d: (d.appeared_at, d.ref))
     result: list[Movement] = []
@@ -381,7 +385,10 @@ def _drafts(seed: int, account: Account, day: date) -> list[_Draft]:
             if delay == 0
             else datetime.combine(day + timedelta(days=delay), time(6, 0), tzinfo=UTC)
         )
-        drafts.append(_Draft(ref, day, amount, pending_text, text, appeared, posted))
+        # A fifth of the pending purchases are withdrawn; decided by the reference, so the
+        # day's random sequence (and every other fact) stays what it was.
+        withdrawn = delay > 0 and int(ref, 16) % 5 == 0
+        drafts.append(_Draft(ref, day, amount, pending_text, text, appeared, posted, withdrawn))
     return drafts
 
 
