@@ -26,6 +26,7 @@ def test_the_schema_compiles_for_mssql():
         "contracts",
         "accounts",
         "movements",
+        "movement_removals",
     }
     assert "amount NUMERIC(18, 2) NOT NULL" in ddl["movements"]
     assert "first_seen DATETIMEOFFSET NOT NULL" in ddl["movements"]

@@ -7,7 +7,15 @@ from scrapeflow.banking import Base, migrate
 from scrapeflow.db import create_engine
 from scrapeflow.errors import ConfigError
 
-TABLES = {"customers", "financial_entities", "accesses", "contracts", "accounts", "movements"}
+TABLES = {
+    "customers",
+    "financial_entities",
+    "accesses",
+    "contracts",
+    "accounts",
+    "movements",
+    "movement_removals",
+}
 
 
 async def test_migrate_creates_the_schema_and_is_idempotent(empty_db_url: str) -> None:
@@ -24,7 +32,7 @@ async def test_migrate_creates_the_schema_and_is_idempotent(empty_db_url: str) -
     finally:
         await engine.dispose()
     assert tables == TABLES | {"alembic_version"}
-    assert version == [("0004",)]
+    assert version == [("0005",)]
     assert {tuple(u["column_names"]) for u in movement_uniques} == {("account_id", "movement_key")}
 
 

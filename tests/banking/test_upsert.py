@@ -108,17 +108,22 @@ async def test_pending_that_posts_with_a_new_description_is_updated_not_doubled(
 ):
     account_id = (await upsert_accounts(session, access_id, accounts()))["A1"]
     if portable:  # the path MS SQL Server takes, exercised here on a real database
-        rows = [_row(account_id, m) for m in movements()]
+        rows = [
+            _row(account_id, m) | {"first_version": 1, "changed_version": 1}
+            for m in movements()
+        ]
         await upsert(
             session,
             _table(),
             rows,
             keys=("account_id", "movement_key"),
             touch="updated_at",
+            stamps=("changed_version",),
+            insert_only=("first_version",),
             portable=True,
         )
     else:
-        await upsert_movements(session, account_id, movements())
+        await upsert_movements(session, account_id, movements(), version=1)
     await session.commit()
     session.expunge_all()
     before = await session.scalar(select(Movement).where(Movement.movement_key == "ref:R-3"))
@@ -126,17 +131,22 @@ async def test_pending_that_posts_with_a_new_description_is_updated_not_doubled(
     session.expunge_all()
 
     if portable:
-        rows = [_row(account_id, m) for m in movements(posted=True)]
+        rows = [
+            _row(account_id, m) | {"first_version": 2, "changed_version": 2}
+            for m in movements(posted=True)
+        ]
         await upsert(
             session,
             _table(),
             rows,
             keys=("account_id", "movement_key"),
             touch="updated_at",
+            stamps=("changed_version",),
+            insert_only=("first_version",),
             portable=True,
         )
     else:
-        await upsert_movements(session, account_id, movements(posted=True))
+        await upsert_movements(session, account_id, movements(posted=True), version=2)
     await session.commit()
     session.expunge_all()
 
@@ -152,6 +162,9 @@ async def test_pending_that_posts_with_a_new_description_is_updated_not_doubled(
     assert card.first_seen == before.first_seen
     assert card.updated_at > before.updated_at
     assert card.first_seen.tzinfo is UTC
+    # The sync versions: the change is marked with the second write's, the first stays.
+    assert (card.first_version, card.changed_version) == (1, 2)
+    assert {(m.first_version, m.changed_version) for m in stored if m is not card} == {(1, 1)}
 
 
 async def test_money_round_trips_to_the_cent(session: AsyncSession, access_id: int):

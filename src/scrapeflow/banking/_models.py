@@ -26,12 +26,14 @@ from schwifty import IBAN
 from schwifty.exceptions import SchwiftyException
 from sqlalchemy import (
     JSON,
+    BigInteger,
     Boolean,
     CheckConstraint,
     Date,
     Enum,
     Float,
     ForeignKey,
+    Index,
     Integer,
     LargeBinary,
     MetaData,
@@ -63,6 +65,7 @@ __all__ = [
     "Movement",
     "MovementKeys",
     "MovementRecord",
+    "MovementRemoval",
     "movement_key",
     "upsert_accounts",
     "upsert_movements",
@@ -129,6 +132,10 @@ class Customer(Base):
     """Stamped by the launcher refreshing the customer: the watchdog's proof it is alive."""
     heartbeat_seconds: Mapped[float | None] = mapped_column(Float)
     """That launcher's heartbeat interval: the watchdog resets nothing fresher than three."""
+    sync_version: Mapped[int] = mapped_column(BigInteger, default=0, server_default="0")
+    """Bumped by every write of the customer's movements, in that write's transaction (which
+    holds this row's lock until it commits): the versions of one customer commit in order, so a
+    sync cursor at version N has seen every change up to N."""
     created_at: Mapped[datetime] = mapped_column(UTCDateTime(), default=_now)
 
 
@@ -225,7 +232,10 @@ class Movement(Base):
     """A movement; ``movement_key`` is its identity across scrapes (see :func:`movement_key`)."""
 
     __tablename__ = "movements"
-    __table_args__ = (UniqueConstraint("account_id", "movement_key"),)
+    __table_args__ = (
+        UniqueConstraint("account_id", "movement_key"),
+        Index("ix_movements_account_changed", "account_id", "changed_version"),
+    )
 
     id: Mapped[int] = mapped_column(Integer, primary_key=True)
     # no separate index: the (account_id, movement_key) unique constraint serves lookups
@@ -239,6 +249,26 @@ class Movement(Base):
     pending: Mapped[bool] = mapped_column(Boolean, default=False)
     first_seen: Mapped[datetime] = mapped_column(UTCDateTime(), default=_now)
     updated_at: Mapped[datetime] = mapped_column(UTCDateTime(), default=_now)
+    first_version: Mapped[int] = mapped_column(BigInteger, default=0, server_default="0")
+    """The customer's ``sync_version`` of the write that stored it first."""
+    changed_version: Mapped[int] = mapped_column(BigInteger, default=0, server_default="0")
+    """The customer's ``sync_version`` of the last write that changed it."""
+
+
+class MovementRemoval(Base):
+    """A stored movement the bank stopped listing (a withdrawn pending authorisation): what
+    the sync cursor reports as ``removed``."""
+
+    __tablename__ = "movement_removals"
+    __table_args__ = (Index("ix_movement_removals_customer_version", "customer_id", "version"),)
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True)
+    customer_id: Mapped[int] = mapped_column(ForeignKey("customers.id", ondelete="CASCADE"))
+    account_id: Mapped[int] = mapped_column(ForeignKey("accounts.id", ondelete="CASCADE"))
+    movement_key: Mapped[str] = mapped_column(String(128))
+    first_version: Mapped[int] = mapped_column(BigInteger)
+    version: Mapped[int] = mapped_column(BigInteger)
+    removed_at: Mapped[datetime] = mapped_column(UTCDateTime(), default=_now)
 
 
 # -- validation ----------------------------------------------------------------------------------
@@ -448,13 +478,19 @@ async def upsert_accounts(
 
 
 async def upsert_movements(
-    session: AsyncSession | AsyncConnection, account_id: int, movements: Sequence[MovementRecord]
+    session: AsyncSession | AsyncConnection,
+    account_id: int,
+    movements: Sequence[MovementRecord],
+    *,
+    version: int = 0,
 ) -> None:
     """Insert or update ``movements`` of one account, keyed on ``(account_id, movement_key)``.
 
     A pending movement that posts (same key, new description, ``pending=False``) is updated in
     place; ``first_seen`` keeps the first sighting and ``updated_at`` moves only on a real change.
-    The last record wins when a batch repeats a key (scrapers' batches never do: the
+    ``version`` is the customer's sync version of this write: stored as ``first_version`` on
+    insert and as ``changed_version`` on insert and on a real change. The last record wins
+    when a batch repeats a key (scrapers' batches never do: the
     :class:`~scrapeflow.banking.AccessSink` refuses them). Runs in the caller's transaction.
     """
     by_key = {
@@ -467,6 +503,8 @@ async def upsert_movements(
             "description": m.description,
             "balance_after": m.balance_after,
             "pending": m.pending,
+            "first_version": version,
+            "changed_version": version,
         }
         for m in movements
     }
@@ -477,4 +515,6 @@ async def upsert_movements(
         list(by_key.values()),
         keys=("account_id", "movement_key"),
         touch="updated_at",
+        stamps=("changed_version",),
+        insert_only=("first_version",),
     )

@@ -13,14 +13,17 @@ from dataclasses import dataclass
 from datetime import date
 from typing import Protocol, runtime_checkable
 
-from sqlalchemy import delete, func, select
+from sqlalchemy import delete, func, insert, select, update
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine, AsyncSession, async_sessionmaker
 
 from scrapeflow.banking._models import (
+    Access,
     Account,
     AccountRecord,
+    Customer,
     Movement,
     MovementRecord,
+    MovementRemoval,
     upsert_accounts,
     upsert_movements,
 )
@@ -69,6 +72,7 @@ class SqlWriter:
             raise TypeError("SqlWriter needs an AsyncEngine, or a session factory bound to one")
         self.engine = engine
         self._account_ids: dict[tuple[int, str], int] = {}  # (access, bank_ref) -> row id
+        self._customer_ids: dict[int, int] = {}  # access -> customer row id
 
     async def write_accounts(self, access_id: int, accounts: Sequence[AccountRecord]) -> None:
         async with self.engine.begin() as session:
@@ -80,7 +84,8 @@ class SqlWriter:
     ) -> None:
         async with self.engine.begin() as session:
             account_id = await self._account_id(session, access_id, account_ref)
-            await upsert_movements(session, account_id, movements)
+            version = await self._next_version(session, access_id)
+            await upsert_movements(session, account_id, movements, version=version)
 
     async def write_movements_since(
         self, access_id: int, account_ref: str, movements: Sequence[MovementRecord], since: date
@@ -95,16 +100,55 @@ class SqlWriter:
         """
         async with self.engine.begin() as session:
             account_id = await self._account_id(session, access_id, account_ref)
-            await upsert_movements(session, account_id, movements)
-            result = await session.execute(
-                delete(Movement).where(
-                    Movement.account_id == account_id,
-                    Movement.pending.is_(True),
-                    Movement.operation_date >= since,
-                    Movement.movement_key.not_in([m.key for m in movements]),
+            version = await self._next_version(session, access_id)
+            await upsert_movements(session, account_id, movements, version=version)
+            gone = (
+                await session.execute(
+                    select(Movement.id, Movement.movement_key, Movement.first_version).where(
+                        Movement.account_id == account_id,
+                        Movement.pending.is_(True),
+                        Movement.operation_date >= since,
+                        Movement.movement_key.not_in([m.key for m in movements]),
+                    )
                 )
+            ).all()
+            if not gone:
+                return 0
+            # What the sync cursor reports as removed, in the transaction that removes it.
+            await session.execute(
+                insert(MovementRemoval),
+                [
+                    {
+                        "customer_id": self._customer_ids[access_id],
+                        "account_id": account_id,
+                        "movement_key": row.movement_key,
+                        "first_version": row.first_version,
+                        "version": version,
+                    }
+                    for row in gone
+                ],
             )
-            return int(getattr(result, "rowcount", 0) or 0)
+            await session.execute(delete(Movement).where(Movement.id.in_([r.id for r in gone])))
+            return len(gone)
+
+    async def _next_version(self, session: AsyncConnection, access_id: int) -> int:
+        """Bump the customer's sync version in this transaction and return it. The update
+        locks the customer's row until commit, so one customer's versions commit in order."""
+        customer_id = self._customer_ids.get(access_id)
+        if customer_id is None:
+            found = await session.scalar(select(Access.customer_id).where(Access.id == access_id))
+            if found is None:
+                raise InvalidAccount(f"no access {access_id} is stored")
+            customer_id = self._customer_ids[access_id] = found
+        await session.execute(
+            update(Customer)
+            .where(Customer.id == customer_id)
+            .values(sync_version=Customer.sync_version + 1)
+        )
+        version = await session.scalar(
+            select(Customer.sync_version).where(Customer.id == customer_id)
+        )
+        return int(version or 0)
 
     async def _account_id(self, session: AsyncConnection, access_id: int, account_ref: str) -> int:
         known = self._account_ids.get((access_id, account_ref))

@@ -34,13 +34,17 @@ async def upsert(
     *,
     keys: Sequence[str],
     touch: str | None = None,
+    stamps: Sequence[str] = (),
+    insert_only: Sequence[str] = (),
     portable: bool = False,
 ) -> None:
     """Insert ``rows`` into ``table``, updating rows whose ``keys`` columns already exist.
 
     Every column a row gives, except the keys, is updated, and only when some value differs;
-    ``touch`` names a timestamp column set to now on insert and on a real change. Columns a row
-    does not give (a ``first_seen`` default) are set on insert and left alone on update.
+    ``touch`` names a timestamp column set to now on insert and on a real change. ``stamps``
+    name columns the rows give that mark a change (a version number): written on insert and on
+    a real change, never compared. ``insert_only`` columns are written on insert only. Columns a
+    row does not give (a ``first_seen`` default) are set on insert and left alone on update.
     ``portable=True`` forces the select-then-write path used for dialects without ON CONFLICT.
     """
     if not rows:
@@ -58,9 +62,22 @@ async def upsert(
             # batches by SQLAlchemy's "insertmanyvalues"; a VALUES list per batch would be
             # compiled anew for each batch size.
             columns = tuple(chunk[0])
-            await session.execute(_on_conflict(dialect, table, columns, tuple(keys), touch), chunk)
+            statement = _on_conflict(
+                dialect, table, columns, tuple(keys), touch, tuple(stamps), tuple(insert_only)
+            )
+            await session.execute(statement, chunk)
         else:
-            for statement in await _portable(session, table, chunk, keys, touch):
+            found = await session.execute(select(table).where(_any_key(table, chunk, keys)))
+            existing = {tuple(r._mapping[k] for k in keys): dict(r._mapping) for r in found}
+            for statement in portable_statements(
+                table,
+                chunk,
+                keys=keys,
+                existing=existing,
+                touch=touch,
+                stamps=stamps,
+                insert_only=insert_only,
+            ):
                 await session.execute(statement)
 
 
@@ -71,27 +88,19 @@ def _on_conflict(
     columns: tuple[str, ...],
     keys: tuple[str, ...],
     touch: str | None,
+    stamps: tuple[str, ...] = (),
+    insert_only: tuple[str, ...] = (),
 ) -> Executable:
     # Built once per shape: making the "excluded" alias and the comparisons cost more than
     # running the statement. Statements are immutable, so sharing one is safe.
     builder = postgresql.insert if dialect == "postgresql" else sqlite.insert
     stmt = builder(table)
-    compared = [name for name in columns if name not in keys and name != touch]
+    skipped = {*keys, *stamps, *insert_only, *([touch] if touch else [])}
+    compared = [name for name in columns if name not in skipped]
     changed = or_(*(table.c[name].is_distinct_from(stmt.excluded[name]) for name in compared))
-    values = {name: stmt.excluded[name] for name in [*compared, *([touch] if touch else [])]}
+    marks = [*([touch] if touch else []), *(name for name in stamps if name in columns)]
+    values = {name: stmt.excluded[name] for name in [*compared, *marks]}
     return stmt.on_conflict_do_update(index_elements=list(keys), set_=values, where=changed)
-
-
-async def _portable(
-    session: AsyncSession | AsyncConnection,
-    table: Table,
-    rows: list[dict[str, Any]],
-    keys: Sequence[str],
-    touch: str | None,
-) -> list[Executable]:
-    found = await session.execute(select(table).where(_any_key(table, rows, keys)))
-    existing = {tuple(r._mapping[k] for k in keys): dict(r._mapping) for r in found}
-    return portable_statements(table, rows, keys=keys, existing=existing, touch=touch)
 
 
 def portable_statements(
@@ -101,6 +110,8 @@ def portable_statements(
     keys: Sequence[str],
     existing: Mapping[tuple[Any, ...], Mapping[str, Any]],
     touch: str | None = None,
+    stamps: Sequence[str] = (),
+    insert_only: Sequence[str] = (),
 ) -> list[Executable]:
     """The ``UPDATE``/``INSERT`` statements of the portable path, given the rows already stored.
 
@@ -114,14 +125,16 @@ def portable_statements(
         if stored is None:
             inserts.append(dict(row))
             continue
+        skipped = {*keys, *stamps, *insert_only, touch}
         changes = {
             name: value
             for name, value in row.items()
-            if name not in keys and name != touch and stored[name] != value
+            if name not in skipped and stored[name] != value
         }
         if changes:
-            if touch:
-                changes[touch] = row[touch]
+            for mark in (touch, *stamps):
+                if mark and mark in row:
+                    changes[mark] = row[mark]
             where = and_(*(table.c[k] == row[k] for k in keys))
             statements.append(update(table).where(where).values(changes))
     if inserts:
