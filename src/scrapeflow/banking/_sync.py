@@ -238,7 +238,7 @@ def _changes_since(customer_id: int, since: int) -> Any:
         .join(FinancialEntity, FinancialEntity.id == Access.entity_id)
         .where(and_(MovementRemoval.customer_id == customer_id, MovementRemoval.version > since))
     )
-    version: Select[Any] = select(
+    version: Any = select(
         literal("v"),
         Customer.id,
         *(null() for _ in account_columns),
