@@ -8,6 +8,7 @@ import io
 import json
 import os
 import signal
+import sqlite3
 import subprocess
 import sys
 import time
@@ -67,6 +68,17 @@ class Cli:
             text=True,
             env=env or self.env,
         )
+
+
+def jobs_in(cli: Cli) -> list[dict[str, object]]:
+    """The jobs table of the CLI's database, oldest first."""
+    connection = sqlite3.connect(cli.db)
+    try:
+        connection.row_factory = sqlite3.Row
+        rows = connection.execute("SELECT * FROM scrapeflow_jobs ORDER BY id").fetchall()
+        return [{**dict(row), "params": json.loads(row["params"])} for row in rows]
+    finally:
+        connection.close()
 
 
 def credentials(cli: Cli, bank: str, n: int) -> CustomerLogin:
@@ -179,12 +191,17 @@ def test_the_password_prompt_hides_what_is_typed(tmp_path: Path, sandbox: Sandbo
 def test_kill_9_mid_refresh_then_watchdog_then_a_clean_refresh(
     tmp_path: Path, sandbox: Sandbox
 ) -> None:
+    """The killed refresh leaves its job running and its rows in progress, both without a
+    heartbeat: the watchdog puts the job back in the queue and resets the rows; the next
+    refresh of the customer joins that job and runs it to its end."""
     cli = Cli(tmp_path, sandbox)
     creds = add_customer_with_accesses(cli, 7)  # 32 accounts at each bank
     for bank in BANKS:
         sandbox.sites[bank].guard.latency_ms = (150.0, 250.0)
-    # A short heartbeat: the watchdog may reset a row only after three of its intervals.
-    process = cli.start("refresh", "cust-7", env={**cli.env, "SCRAPEFLOW_HEARTBEAT": "0.3"})
+    # Short heartbeats: the watchdog may reset a row only after three of its launcher's
+    # intervals, and put a job back only after three of the queue's.
+    beats = {**cli.env, "SCRAPEFLOW_HEARTBEAT": "0.3", "SCRAPEFLOW_JOB_HEARTBEAT": "0.3"}
+    process = cli.start("refresh", "cust-7", env=beats)
     try:
         assert process.stdout is not None
         deadline = time.monotonic() + 60
@@ -205,25 +222,35 @@ def test_kill_9_mid_refresh_then_watchdog_then_a_clean_refresh(
     for bank in BANKS:
         sandbox.sites[bank].guard.latency_ms = (0.0, 2.0)
 
-    blocked = cli("refresh", "cust-7")
-    assert blocked.returncode == 1
-    assert "cust-7: not refreshed: customer 'cust-7' is already being refreshed" in (
-        " ".join(blocked.stdout.split())
-    )
     assert "in_progress" in cli("status", "cust-7").stdout
+    [killed] = jobs_in(cli)
+    assert (killed["kind"], killed["state"], killed["params"]) == (
+        "bank.refresh",
+        "running",
+        {"customer": "cust-7"},
+    )
 
     # The killed launch's heartbeats stopped; a live one's are never older than its interval.
     assert cli("watchdog", "--limit", "0").returncode == 2  # a limit must be positive
-    untouched = cli("watchdog", "--limit", "1")
-    assert "reset 0 access(es) and 0 customer(s)" in untouched.stdout  # not stale yet
+    untouched = cli("watchdog", "--limit", "1", env=beats)
+    assert (
+        "reset 0 access(es) and 0 customer(s); 0 stalled job(s) requeued, 0 failed"
+        in untouched.stdout
+    )  # not stale yet
     time.sleep(1.5)
-    reset = cli("watchdog", "--limit", "0.02")  # 1.2 s, and 3 x 0.3 s, without a heartbeat
+    reset = cli("watchdog", "--limit", "0.02", env=beats)  # 1.2 s without a heartbeat
     assert reset.returncode == 0
-    assert "reset 3 access(es) and 1 customer(s)" in reset.stdout
+    assert (
+        "reset 3 access(es) and 1 customer(s); 1 stalled job(s) requeued, 0 failed" in reset.stdout
+    )
     assert cli("status", "cust-7").stdout.count("timeout") == 3
+    assert [(j["id"], j["state"]) for j in jobs_in(cli)] == [(killed["id"], "queued")]
 
     again = cli("refresh", "cust-7", "--quiet")
     assert again.returncode == 0, again.stdout + again.stderr
+    assert f"a refresh is already under way (job {killed['id']}, queued)" in again.stdout
+    [done] = jobs_in(cli)
+    assert (done["id"], done["state"], done["attempts"]) == (killed["id"], "succeeded", 2)
 
     # exact, without a duplicate, after the interrupted run and the complete one
     async def check() -> int:
@@ -242,8 +269,9 @@ def test_the_watchdog_never_resets_a_live_refresh_whatever_the_limit(
     tmp_path: Path, sandbox: Sandbox
 ) -> None:
     """A limit shorter than the heartbeat interval would free live accesses between two beats;
-    the watchdog waits three of the launcher's own intervals (stored with its claims), so the
-    refresh goes on, and a second refresh of the customer is still refused."""
+    the watchdog waits three of the launcher's own intervals (stored with its claims), and
+    three of the job queue's, so the refresh goes on; a second refresh of the customer joins
+    it rather than running beside it."""
     cli = Cli(tmp_path, sandbox)
     assert cli("add-customer", "cust-7").returncode == 0
     cred = credentials(cli, "apibank", 7)
@@ -253,7 +281,9 @@ def test_the_watchdog_never_resets_a_live_refresh_whatever_the_limit(
     )  # fmt: skip
     assert added.returncode == 0, added.stderr
     sandbox.sites["apibank"].guard.latency_ms = (150.0, 250.0)  # a slow bank
-    process = cli.start("refresh", "cust-7", env={**cli.env, "SCRAPEFLOW_HEARTBEAT": "10"})
+    slow_beats = {**cli.env, "SCRAPEFLOW_HEARTBEAT": "10", "SCRAPEFLOW_JOB_HEARTBEAT": "10"}
+    process = cli.start("refresh", "cust-7", env=slow_beats)
+    second: subprocess.Popen[str] | None = None
     try:
         assert process.stdout is not None
         deadline = time.monotonic() + 30
@@ -262,23 +292,38 @@ def test_the_watchdog_never_resets_a_live_refresh_whatever_the_limit(
                 pytest.fail("no batch landed within 30 s")
         # Between two beats, for as long as the checks take: the launcher is paused, not dead.
         process.send_signal(signal.SIGSTOP)
-        watchdog = cli("watchdog", "--limit", "0.005")  # 0.3 s, below the 10 s interval
+        watchdog = cli("watchdog", "--limit", "0.005", env=slow_beats)  # 0.3 s, below 10 s
         assert watchdog.returncode == 0, watchdog.stderr
-        assert "reset 0 access(es) and 0 customer(s)" in watchdog.stdout
-        second = cli("refresh", "cust-7", "--quiet")
-        assert second.returncode == 1
-        assert "customer 'cust-7' is already being refreshed" in " ".join(second.stdout.split())
+        assert "reset 0 access(es) and 0 customer(s); 0 stalled job(s) requeued" in watchdog.stdout
+        second = cli.start("refresh", "cust-7", "--quiet", env=slow_beats)
+        assert second.stdout is not None
+        deadline = time.monotonic() + 30
+        while "already under way" not in (line := second.stdout.readline()):
+            if time.monotonic() > deadline or second.poll() is not None:
+                pytest.fail(f"the second refresh did not join the first: {line!r}")
+        [job] = jobs_in(cli)
+        assert f"(job {job['id']}, running): waiting for it" in line
         process.send_signal(signal.SIGCONT)
         sandbox.sites["apibank"].guard.latency_ms = (0.0, 2.0)
         output, _ = process.communicate(timeout=60)
         assert process.returncode == 0, output  # the first refresh ran to its end, unharmed
+        joined, _ = second.communicate(timeout=60)
+        assert second.returncode == 0, joined  # and the second reports it
+        assert "success" in joined
     finally:
-        if process.poll() is None:
-            process.send_signal(signal.SIGCONT)
-            process.kill()
-            process.wait(timeout=10)
-        if process.stdout is not None:
-            process.stdout.close()
+        for running in (process, second):
+            if running is None:
+                continue
+            if running.poll() is None:
+                running.send_signal(signal.SIGCONT)
+                running.kill()
+                running.wait(timeout=10)
+            if running.stdout is not None:
+                running.stdout.close()
+    assert [(j["id"], j["state"], j["attempts"]) for j in jobs_in(cli)] == [
+        (job["id"], "succeeded", 1)
+    ]
+    assert len(list((tmp_path / "logs").iterdir())) == 1  # one launch, not two
 
 
 def test_the_first_window_and_the_overlap_come_from_flags_and_settings(

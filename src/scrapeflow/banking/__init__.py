@@ -9,10 +9,14 @@
 * the :class:`Launcher` (refresh a customer: one scraper per access, in parallel), its events
   and its log file per launch; scrape state (claims, heartbeats, finishes) and
   :func:`reset_stuck`, the watchdog that frees what a killed launch left in progress;
+* bank work as jobs (:func:`bank_job_kinds`: ``bank.refresh`` and ``bank.otp``, deduplicated per
+  customer by :func:`refresh_key`), their reports (:func:`refresh_reports`) and the watchdog as
+  the job queue's stalled-job sweep plus the reset of stuck rows (:func:`run_watchdog`);
 * result codes (:class:`ResultCode`) and the credential vault (:class:`CredentialVault`);
 * customers and accesses (:func:`add_customer`, :func:`add_access`, checked by
   :func:`validate_customer_id` and its kin), reading back
-  (:func:`accounts_of`, :func:`movements_of`) and exports (CSV, JSON, OFX).
+  (:func:`accounts_of`, :func:`movements_of`), the sync cursor (:func:`movement_changes`: what
+  was added, modified and removed since a client's cursor) and exports (CSV, JSON, OFX).
 
 >>> from scrapeflow.banking import ResultCode
 >>> ResultCode.USER_LOCKED.message
@@ -49,6 +53,20 @@ from scrapeflow.banking._formats import (
     parse_es_date,
     parse_iso_date,
 )
+from scrapeflow.banking._jobs import (
+    BANK_EVENT_NAMES,
+    BANK_OTP,
+    BANK_REFRESH,
+    BankJobEvent,
+    BankJobEventSink,
+    BankJobs,
+    WatchdogReport,
+    bank_job_kinds,
+    otp_key,
+    refresh_key,
+    refresh_reports,
+    run_watchdog,
+)
 from scrapeflow.banking._launcher import Launcher
 from scrapeflow.banking._migrate import MIGRATIONS_DIR, migrate
 from scrapeflow.banking._models import (
@@ -64,6 +82,7 @@ from scrapeflow.banking._models import (
     Movement,
     MovementKeys,
     MovementRecord,
+    MovementRemoval,
     movement_key,
     upsert_accounts,
     upsert_movements,
@@ -84,11 +103,20 @@ from scrapeflow.banking._scraper import (
 )
 from scrapeflow.banking._setup import launcher_from_settings
 from scrapeflow.banking._state import StuckReset, reset_stuck
+from scrapeflow.banking._sync import (
+    MovementChange,
+    MovementChanges,
+    RemovedMovement,
+    movement_changes,
+)
 from scrapeflow.banking._vault import KEY_FILE_ENV, KEYS_ENV, CredentialVault, VaultError
 from scrapeflow.banking._writequeue import WriteQueue, writers_for
 from scrapeflow.banking._writer import SqlWriter, SyncWindow, Writer
 
 __all__ = [
+    "BANK_EVENT_NAMES",
+    "BANK_OTP",
+    "BANK_REFRESH",
     "ENTRY_POINT_GROUP",
     "KEYS_ENV",
     "KEY_FILE_ENV",
@@ -102,6 +130,9 @@ __all__ = [
     "AccountRecord",
     "AccountType",
     "AccountView",
+    "BankJobEvent",
+    "BankJobEventSink",
+    "BankJobs",
     "Base",
     "BasicScraper",
     "Contract",
@@ -119,9 +150,13 @@ __all__ = [
     "LaunchReport",
     "Launcher",
     "Movement",
+    "MovementChange",
+    "MovementChanges",
     "MovementKeys",
     "MovementRecord",
+    "MovementRemoval",
     "MovementView",
+    "RemovedMovement",
     "ResultCode",
     "ScrapeContext",
     "ScrapeState",
@@ -129,26 +164,33 @@ __all__ = [
     "StuckReset",
     "SyncWindow",
     "VaultError",
+    "WatchdogReport",
     "WriteQueue",
     "Writer",
     "accesses_of",
     "accounts_of",
     "add_access",
     "add_customer",
+    "bank_job_kinds",
     "compact",
     "find_customer",
     "get_scraper",
     "launcher_from_settings",
     "migrate",
+    "movement_changes",
     "movement_key",
     "movements_of",
+    "otp_key",
     "parse_amount",
     "parse_es_amount",
     "parse_es_date",
     "parse_iso_date",
+    "refresh_key",
+    "refresh_reports",
     "register",
     "reset_stuck",
     "result_for",
+    "run_watchdog",
     "scrapers",
     "to_csv",
     "to_json",

@@ -10,10 +10,17 @@ when it is empty or scrapeflow's already: one holding another application's tabl
 
 Arguments are checked before the database is opened; a database that cannot be used (corrupt,
 read-only, not a database) is a one-line exit 2 naming it, like any other bad input.
+
+``refresh`` queues one ``bank.refresh`` job per customer in the database's jobs table — the
+service's, under the same dedupe key — and runs them in this process: a customer the service
+(or another command) is already refreshing is not refreshed twice, this command waits for that
+refresh and reports it. ``watchdog`` is the job queue's stalled-job sweep plus the reset of
+bank rows stuck in progress.
 """
 
 from __future__ import annotations
 
+import asyncio
 import enum
 import sys
 from collections.abc import Awaitable, Callable, Coroutine, Iterable
@@ -48,8 +55,9 @@ from scrapeflow.cli._common import (
 if TYPE_CHECKING:
     from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
-    from scrapeflow.banking import AccessReport, Launcher, LaunchReport
+    from scrapeflow.banking import AccessReport, BankJobEvent, Launcher, LaunchReport
     from scrapeflow.config import Settings
+    from scrapeflow.jobs import EmbeddedJobQueue, Job
 
 __all__ = ["app"]
 
@@ -116,14 +124,19 @@ async def _with_db(
         await engine.dispose()
 
 
-def _run(config: Settings, coro: Coroutine[Any, Any, T]) -> T:
+def _run(
+    config: Settings,
+    coro: Coroutine[Any, Any, T],
+    *,
+    interrupted: str = "interrupted: the watchdog frees what was in progress",
+) -> T:
     from scrapeflow.db import database_errors
 
     try:
         with input_errors(), database_errors(config.db_url):
             return run_async(coro)
     except KeyboardInterrupt:
-        err.print("interrupted: the watchdog frees what was in progress")
+        err.print(interrupted)
         raise typer.Exit(EXIT_INTERRUPTED) from None
 
 
@@ -255,9 +268,11 @@ def _refresh(
     ] = None,
     quiet: Annotated[bool, typer.Option(help="No live progress.")] = False,
 ) -> None:
-    """Refresh customers: every access at once; exit 1 when an access did not succeed."""
-    from scrapeflow.banking import migrate
+    """Refresh customers: every access at once; exit 1 when an access did not succeed.
 
+    Each customer's refresh is a job in the database's jobs table, run here: a customer that
+    the service (or another command) is refreshing already is not refreshed twice — this waits
+    for that refresh and reports it. Ctrl-C cancels this command's refreshes."""
     config = settings(
         ctx,
         per_bank=per_bank,
@@ -266,25 +281,78 @@ def _refresh(
         initial_days=initial_days,
         overlap_days=overlap_days,
     )
-    wanted = _customer_ids(customers)
-    launcher = _launcher(config, quiet=quiet)
-
-    async def work() -> list[LaunchReport]:
-        await migrate(config.db_url)
-        async with launcher:
-            return await launcher.refresh_many(wanted)
-
-    reports = _run(config, work())
+    wanted = list(dict.fromkeys(_customer_ids(customers)))  # a customer named twice: one job
+    reports = _run(
+        config,
+        _refresh_jobs(config, wanted, quiet=quiet),
+        interrupted="interrupted: this command's refreshes were cancelled; what they stored stays",
+    )
     out.print(report_table(reports))
     for report in reports:
         if report.refused:
             out.print(f"{escape(report.external_id)}: not refreshed: {escape(report.refused)}")
+        elif report.log_file is None:
+            out.print(f"{escape(report.external_id)}: {report.seconds:.2f} s")
         else:
             out.print(
                 f"{escape(report.external_id)}: {report.seconds:.2f} s, log {report.log_file}"
             )
     if not all(r.ok for r in reports):
         raise typer.Exit(EXIT_FAILED)
+
+
+async def _refresh_jobs(config: Settings, wanted: list[str], *, quiet: bool) -> list[LaunchReport]:
+    """Check every customer, then queue a ``bank.refresh`` job for each (or join the one under
+    way) and run them here, to their end. Cancelled (Ctrl-C, SIGTERM), it cancels the jobs it
+    queued; one it joined goes on (run here, it is put back in the queue)."""
+    from scrapeflow.banking import (
+        BANK_REFRESH,
+        BankJobs,
+        migrate,
+        refresh_key,
+        refresh_reports,
+    )
+    from scrapeflow.jobs import EmbeddedJobQueue, SqlJobStore
+
+    # Entered first: a bad manifest or vault key is refused before the database is opened.
+    async with BankJobs(config, on_event=None if quiet else _print_bank_event) as bank:
+        await migrate(config.db_url)
+        await bank.check_refresh(wanted)  # every customer first: a refusal queues nothing
+        queue = EmbeddedJobQueue(
+            SqlJobStore(config.db_url),
+            bank.kinds,
+            concurrency=len(wanted),
+            heartbeat=config.job_heartbeat,
+            only_submitted=True,  # never the service's other jobs
+        )
+        async with queue:
+            jobs: list[Job] = []
+            try:
+                for customer in wanted:
+                    job = await queue.submit(
+                        BANK_REFRESH, {"customer": customer}, dedupe_key=refresh_key(customer)
+                    )
+                    jobs.append(job)
+                    if not queue.submitted_here(job.id):
+                        out.print(
+                            f"{escape(customer)}: a refresh is already under way (job {job.id},"
+                            f" {job.state.value}): waiting for it"
+                        )
+                done = await asyncio.gather(*(queue.wait(job.id) for job in jobs))
+            except asyncio.CancelledError:
+                ours = [job.id for job in jobs if queue.submitted_here(job.id)]
+                await asyncio.shield(_cancel_jobs(queue, ours))
+                raise
+    return [report for job in done for report in refresh_reports(job)]
+
+
+async def _cancel_jobs(queue: EmbeddedJobQueue, job_ids: list[str]) -> None:
+    for job_id in job_ids:
+        await queue.cancel(job_id)
+
+
+def _print_bank_event(event: BankJobEvent) -> None:
+    print_event(event.event)
 
 
 def _scrape_one(ctx: typer.Context, access_id: int, otp: str | None) -> None:
@@ -343,21 +411,34 @@ def _watchdog(
         typer.Option(help="Minutes without a heartbeat before a reset.", show_default="15"),
     ] = None,
 ) -> None:
-    """Reset accesses and customers stuck in progress (a killed launch) with the timeout code.
+    """Put back in the queue the jobs whose process died, and reset accesses and customers
+    stuck in progress (a killed launch) with the timeout code.
 
-    Never what a live launcher still stamps: a row is reset after LIMIT minutes and three of
-    its launcher's heartbeat intervals without a beat."""
+    A job is put back after LIMIT minutes and three job heartbeats (SCRAPEFLOW_JOB_HEARTBEAT)
+    without a beat, or failed once it has had its attempts; the service, or the next command
+    asking for the same refresh, runs it again. A row is reset after LIMIT minutes and three of
+    its launcher's heartbeat intervals without a beat, never while a live job holds its
+    customer."""
     from datetime import timedelta
 
-    from scrapeflow.banking import reset_stuck
+    from scrapeflow.banking import WatchdogReport, run_watchdog
+    from scrapeflow.jobs import EmbeddedJobQueue, SqlJobStore
 
     config = settings(ctx, watchdog_minutes=limit, flag_names={"watchdog_minutes": "--limit"})
     window = timedelta(minutes=config.watchdog_minutes)
-    found = _run(
-        config,
-        _with_db(config, lambda s: reset_stuck(s, limit=window, heartbeat=config.heartbeat)),
+
+    async def sweep(sessions: async_sessionmaker[AsyncSession]) -> WatchdogReport:
+        jobs = EmbeddedJobQueue(
+            SqlJobStore(config.db_url), {}, heartbeat=config.job_heartbeat, run_jobs=False
+        )
+        async with jobs:
+            return await run_watchdog(jobs, sessions, limit=window, heartbeat=config.heartbeat)
+
+    found = _run(config, _with_db(config, sweep))
+    out.print(
+        f"reset {len(found.accesses)} access(es) and {len(found.customers)} customer(s); "
+        f"{len(found.requeued)} stalled job(s) requeued, {len(found.failed)} failed"
     )
-    out.print(f"reset {len(found.accesses)} access(es) and {len(found.customers)} customer(s)")
 
 
 # -- reading back ---------------------------------------------------------------------------

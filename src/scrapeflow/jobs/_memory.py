@@ -4,7 +4,7 @@ process that needs no persistence. Nothing survives the process."""
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Sequence
+from collections.abc import Collection, Sequence
 from datetime import datetime
 from typing import Any
 
@@ -57,9 +57,15 @@ class MemoryJobStore:
         ]
         return found[:limit]
 
-    async def claim(self, owner: str, now: datetime, limit: int) -> list[Job]:
+    async def claim(
+        self, owner: str, now: datetime, limit: int, *, only: Collection[str] | None = None
+    ) -> list[Job]:
         queued = sorted(
-            (j for j in self._jobs.values() if j.state is JobState.QUEUED),
+            (
+                j
+                for j in self._jobs.values()
+                if j.state is JobState.QUEUED and (only is None or j.id in only)
+            ),
             key=lambda j: (j.created_at, j.id),
         )
         for job in queued[: max(limit, 0)]:
@@ -124,11 +130,13 @@ class MemoryJobStore:
             job.cancel_requested = True
         return _copy(job)
 
-    async def requeue_stalled(self, older_than: datetime, max_attempts: int) -> list[str]:
+    async def requeue_stalled(
+        self, older_than: datetime, max_attempts: int, *, only: Collection[str] | None = None
+    ) -> list[str]:
         ids = []
         for job in self._jobs.values():
             stale = job.heartbeat_at is not None and job.heartbeat_at < older_than
-            if job.state is JobState.RUNNING and stale:
+            if job.state is JobState.RUNNING and stale and (only is None or job.id in only):
                 ids.append(job.id)
                 job.owner, job.heartbeat_at = None, None
                 if job.attempts >= max_attempts:

@@ -9,6 +9,13 @@ no new job, lets running ones finish within a grace period, then puts them back 
 
 Cancelling a queued job ends it at once; a running one is stopped within ``poll`` seconds by
 the process that runs it (at once when that is this process), and what it had stored stays.
+
+A queue made with ``only_submitted=True`` runs only the jobs its own
+:meth:`~EmbeddedJobQueue.submit` returned — those it created and those it joined through their
+dedupe key — and watches only those for a stopped heartbeat: a command-line run beside the
+service does its own work and leaves the service's queue alone.
+:meth:`~EmbeddedJobQueue.requeue_stalled` is the stalled-job sweep as a one-shot call (a
+watchdog run from cron).
 """
 
 from __future__ import annotations
@@ -91,6 +98,10 @@ class EmbeddedJobQueue:
     >>> async with EmbeddedJobQueue(SqlJobStore(url), {"echo": echo}) as queue:  # doctest: +SKIP
     ...     job = await queue.submit("echo", {"text": "hi"})
     ...     done = await queue.wait(job.id)
+
+    ``only_submitted``: claim only the jobs :meth:`submit` returned here (created or joined),
+    never another process's queued jobs; ``run_jobs=False``: claim nothing (a process that only
+    submits, or a watchdog).
     """
 
     def __init__(
@@ -104,6 +115,7 @@ class EmbeddedJobQueue:
         poll: float = 0.5,
         max_attempts: int = 5,
         run_jobs: bool = True,
+        only_submitted: bool = False,
         clock: Callable[[], datetime] | None = None,
         on_change: Callable[[Job], Awaitable[None]] | None = None,
     ) -> None:
@@ -123,6 +135,9 @@ class EmbeddedJobQueue:
         self._clock = clock or (lambda: datetime.now(UTC))
         self.on_change = on_change
         """Told of each job this process starts and of how it ends (live delivery)."""
+        self._created: set[str] = set()
+        self._claimable: set[str] | None = set() if only_submitted else None
+        """With ``only_submitted``: the ids :meth:`submit` returned, the only ones run here."""
         self._running: dict[str, tuple[asyncio.Task[None], JobContext]] = {}
         self._cancelling: set[str] = set()
         self._finished: dict[str, asyncio.Event] = {}
@@ -184,9 +199,17 @@ class EmbeddedJobQueue:
         )
         stored = await self.store.add(job)
         if stored.id == job.id:
+            self._created.add(job.id)
             await self._tell(job.id)
+        if self._claimable is not None:
+            self._claimable.add(stored.id)
         self._wake.set()
         return stored
+
+    def submitted_here(self, job_id: str) -> bool:
+        """Whether :meth:`submit` of this queue created the job (False: it joined the active job
+        holding the dedupe key, or never saw it)."""
+        return job_id in self._created
 
     async def get(self, job_id: str) -> Job:
         job = await self.store.get(job_id)
@@ -223,6 +246,20 @@ class EmbeddedJobQueue:
             await self._tell(job_id)  # ended in the queue, never ran
         return job
 
+    async def requeue_stalled(self, *, silent_for: float | None = None) -> list[Job]:
+        """Put back in the queue the running jobs silent for more than ``silent_for`` seconds
+        (never less than ``stalled_after``): their process died. One that has had
+        ``max_attempts`` fails instead. The jobs as they are after; with ``only_submitted``,
+        only this queue's. The queue does this at each heartbeat; a process that runs no job
+        (a watchdog) calls it."""
+        after = max(silent_for or 0.0, self.stalled_after)
+        cutoff = self._clock() - timedelta(seconds=after)
+        ids = await self.store.requeue_stalled(cutoff, self.max_attempts, only=self._claimable)
+        if ids:
+            _log.warning("jobs whose process stopped are run again", jobs=ids)
+        found = [await self.store.get(job_id) for job_id in ids]
+        return [job for job in found if job is not None]
+
     async def wait(self, job_id: str) -> Job:
         """The job once it has ended (bound it with ``asyncio.timeout``)."""
         while True:
@@ -249,7 +286,10 @@ class EmbeddedJobQueue:
                     await self._check_cancellations()
                 free = self.concurrency - len(self._running)
                 if free > 0 and not self._stopping:
-                    for job in await self.store.claim(self.owner, self._clock(), free):
+                    claimed = await self.store.claim(
+                        self.owner, self._clock(), free, only=self._claimable
+                    )
+                    for job in claimed:
                         self._start(job)
             except asyncio.CancelledError:
                 raise
@@ -265,10 +305,7 @@ class EmbeddedJobQueue:
         progress = {job_id: dict(ctx.counts) for job_id, (_, ctx) in self._running.items()}
         asked = await self.store.heartbeat(self.owner, progress, self._clock())
         self._cancel_local(asked)
-        cutoff = self._clock() - timedelta(seconds=self.stalled_after)
-        requeued = await self.store.requeue_stalled(cutoff, self.max_attempts)
-        if requeued:
-            _log.warning("jobs whose process stopped are run again", jobs=requeued)
+        await self.requeue_stalled()
 
     async def _check_cancellations(self) -> None:
         progress = {job_id: dict(ctx.counts) for job_id, (_, ctx) in self._running.items()}

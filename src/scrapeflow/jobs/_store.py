@@ -3,12 +3,16 @@
 Every state change is one conditional write, so two queue processes on one database never run
 the same job twice: a claim is ``UPDATE … WHERE state = 'queued'``, a finish or a heartbeat
 ``… WHERE owner = me AND state = 'running'``, and only the row count says who won.
+
+``claim`` and ``requeue_stalled`` take ``only`` (job ids): a process that runs just the jobs it
+submitted (a command-line refresh beside the service) claims and sweeps those and leaves every
+other job to the processes that run them.
 """
 
 from __future__ import annotations
 
 import json
-from collections.abc import Sequence
+from collections.abc import Collection, Sequence
 from datetime import datetime
 from typing import Any, Protocol
 
@@ -87,8 +91,11 @@ class JobStore(Protocol):
     ) -> list[Job]:
         """Newest first; ``before`` a job id (the page after it)."""
 
-    async def claim(self, owner: str, now: datetime, limit: int) -> list[Job]:
-        """Move up to ``limit`` queued jobs, oldest first, to running under ``owner``."""
+    async def claim(
+        self, owner: str, now: datetime, limit: int, *, only: Collection[str] | None = None
+    ) -> list[Job]:
+        """Move up to ``limit`` queued jobs, oldest first, to running under ``owner``; with
+        ``only``, jobs of those ids alone (none when it is empty)."""
 
     async def heartbeat(
         self, owner: str, progress: dict[str, dict[str, int]], now: datetime
@@ -115,9 +122,12 @@ class JobStore(Protocol):
     async def cancel(self, job_id: str, now: datetime) -> Job | None:
         """Cancel a queued job at once; ask a running one to stop. The job after, or None."""
 
-    async def requeue_stalled(self, older_than: datetime, max_attempts: int) -> list[str]:
+    async def requeue_stalled(
+        self, older_than: datetime, max_attempts: int, *, only: Collection[str] | None = None
+    ) -> list[str]:
         """Running jobs whose heartbeat stopped before ``older_than`` (their process died) go
-        back to the queue, or fail once they have had ``max_attempts``; their ids."""
+        back to the queue, or fail once they have had ``max_attempts``; their ids. With
+        ``only``, jobs of those ids alone."""
 
 
 class SqlJobStore:
@@ -195,19 +205,22 @@ class SqlJobStore:
             rows = (await connection.execute(query)).all()
         return [_job(r._mapping) for r in rows]
 
-    async def claim(self, owner: str, now: datetime, limit: int) -> list[Job]:
-        if limit < 1:
+    async def claim(
+        self, owner: str, now: datetime, limit: int, *, only: Collection[str] | None = None
+    ) -> list[Job]:
+        if limit < 1 or (only is not None and not only):
             return []
+        query = (
+            select(jobs_table.c.id)
+            .where(jobs_table.c.state == JobState.QUEUED.value)
+            .order_by(jobs_table.c.created_at, jobs_table.c.id)
+            .limit(limit)
+        )
+        if only is not None:
+            query = query.where(jobs_table.c.id.in_(list(only)))
         claimed: list[Job] = []
         async with self.engine.begin() as connection:
-            candidates = (
-                await connection.execute(
-                    select(jobs_table.c.id)
-                    .where(jobs_table.c.state == JobState.QUEUED.value)
-                    .order_by(jobs_table.c.created_at, jobs_table.c.id)
-                    .limit(limit)
-                )
-            ).scalars()
+            candidates = (await connection.execute(query)).scalars()
             for job_id in list(candidates):
                 won = await connection.execute(
                     update(jobs_table)
@@ -312,11 +325,17 @@ class SqlJobStore:
             )
         return await self.get(job_id)
 
-    async def requeue_stalled(self, older_than: datetime, max_attempts: int) -> list[str]:
+    async def requeue_stalled(
+        self, older_than: datetime, max_attempts: int, *, only: Collection[str] | None = None
+    ) -> list[str]:
+        if only is not None and not only:
+            return []
         stalled = and_(
             jobs_table.c.state == JobState.RUNNING.value,
             jobs_table.c.heartbeat_at < older_than,
         )
+        if only is not None:
+            stalled = and_(stalled, jobs_table.c.id.in_(list(only)))
         async with self.engine.begin() as connection:
             ids = list((await connection.execute(select(jobs_table.c.id).where(stalled))).scalars())
             if not ids:

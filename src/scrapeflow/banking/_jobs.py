@@ -1,0 +1,515 @@
+"""Bank work as jobs of :mod:`scrapeflow.jobs`: the job kinds ``bank.refresh`` and ``bank.otp``,
+and the watchdog as the job queue's stalled-job sweep plus the reset of stuck bank rows.
+
+The service and ``scrapeflow bank refresh`` both queue ``bank.refresh`` jobs in the same jobs
+table, under the same dedupe key (:func:`refresh_key`): a refresh asked for a customer already
+being refreshed — by the service or by another command — joins that job instead of fighting
+over the customer's rows. A job whose process died is found by its stopped heartbeat and run
+again; the re-run first frees what the dead launch left claimed (its rows go stale within a few
+of the launcher's heartbeats) and refreshes again, which upserts make idempotent.
+
+* :func:`bank_job_kinds` — the handlers, by name, to merge into a queue's kinds;
+  :class:`BankJobs` is the same with the launcher its jobs share and the check a command runs
+  before it queues anything (:meth:`BankJobs.check_refresh`);
+* :func:`refresh_reports` — a finished ``bank.refresh`` job as :class:`LaunchReport` objects;
+* :func:`run_watchdog` — one pass of the watchdog (``scrapeflow bank watchdog``).
+
+Params: ``bank.refresh`` takes ``{"customer": id}`` (one customer, external id; dedupe key
+:func:`refresh_key`) or ``{"customers": [id, …]}`` (several at once, as
+:meth:`Launcher.refresh_many`: one that is already being refreshed is reported ``refused``);
+``bank.otp`` takes ``{"customer": id, "access_id": n, "code_sealed": token}``, the one-time code
+sealed with the vault (the jobs table never holds it in clear; dedupe key :func:`otp_key`).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import inspect
+import re
+from collections.abc import AsyncIterator, Awaitable, Callable, Collection, Mapping, Sequence
+from contextvars import ContextVar
+from dataclasses import dataclass
+from datetime import timedelta
+from functools import partial
+from pathlib import Path
+from types import TracebackType
+from typing import TYPE_CHECKING, Any, Final
+
+from sqlalchemy import select
+from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
+
+from scrapeflow._util.redact import redact
+from scrapeflow.banking._directory import find_customer
+from scrapeflow.banking._events import EventKind, LaunchEvent
+from scrapeflow.banking._launcher import Launcher
+from scrapeflow.banking._models import Access, Customer
+from scrapeflow.banking._reports import AccessReport, LaunchReport
+from scrapeflow.banking._results import ResultCode, ScrapeState
+from scrapeflow.banking._setup import launcher_from_settings
+from scrapeflow.banking._state import DEFAULT_HEARTBEAT, reset_stuck
+from scrapeflow.errors import ConfigError, InputError
+from scrapeflow.jobs import EmbeddedJobQueue, Job, JobContext, JobHandler, JobState
+
+if TYPE_CHECKING:
+    from scrapeflow.config import Settings
+
+__all__ = [
+    "BANK_EVENT_NAMES",
+    "BANK_OTP",
+    "BANK_REFRESH",
+    "BankJobEvent",
+    "BankJobEventSink",
+    "BankJobs",
+    "WatchdogReport",
+    "bank_job_kinds",
+    "otp_key",
+    "refresh_key",
+    "refresh_reports",
+    "run_watchdog",
+]
+
+BANK_REFRESH: Final = "bank.refresh"
+"""Refresh one customer (or several): every access at once."""
+BANK_OTP: Final = "bank.otp"
+"""Resume one two-factor access with the code the customer typed."""
+
+BANK_EVENT_NAMES: Final[Mapping[EventKind, str]] = {
+    EventKind.LAUNCH_STARTED: "bank.refresh_started",
+    EventKind.ACCOUNTS: "bank.accounts",
+    EventKind.MOVEMENTS: "bank.movements",
+    EventKind.ACCESS_FINISHED: "bank.access_finished",
+    EventKind.LAUNCH_FINISHED: "bank.all_updated",
+}
+"""The name each launch event has in the service's event log (:attr:`BankJobEvent.name`)."""
+
+_WAIT_BEATS = 5  # the watchdog calls a row stale after 3 missed beats (MISSED_BEATS)
+_MAX_DETAIL = 500  # the result detail column's size
+_EXCEPTION_PREFIX = re.compile(r"^[A-Z]\w*: ")
+
+
+def refresh_key(customer: str) -> str:
+    """The dedupe key of a customer's refresh: one refresh of a customer is active at a time,
+    whoever asked for it (the service, a command)."""
+    return f"{BANK_REFRESH}:{customer}"
+
+
+def otp_key(access_id: int) -> str:
+    """The dedupe key of resuming an access with a one-time code."""
+    return f"{BANK_OTP}:{access_id}"
+
+
+@dataclass(frozen=True, slots=True)
+class BankJobEvent:
+    """One fact of a bank job's launch, as it happens: for live delivery (an event log, a
+    terminal)."""
+
+    job: Job
+    """The job whose launch it is (as it was claimed)."""
+    customer: str
+    """The customer's external id."""
+    event: LaunchEvent
+
+    @property
+    def name(self) -> str:
+        """``bank.accounts``, ``bank.movements``… (:data:`BANK_EVENT_NAMES`)."""
+        return BANK_EVENT_NAMES[self.event.kind]
+
+    def data(self) -> dict[str, object]:
+        """The event's fields, JSON-ready, but its kind and internal customer id."""
+        return {k: v for k, v in self.event.as_dict().items() if k not in ("kind", "customer_id")}
+
+
+BankJobEventSink = Callable[[BankJobEvent], Awaitable[None] | None]
+"""Receives every event of the bank jobs' launches; a coroutine function is awaited (a slow sink
+slows the launch). A sink that raises is logged and the launch goes on."""
+
+_Deliver = Callable[[LaunchEvent], Awaitable[None]]
+_job_sink: ContextVar[_Deliver | None] = ContextVar("scrapeflow_bank_job_sink", default=None)
+"""The running job's delivery: the launcher is shared, so each job's handler sets its own, and
+the launch's tasks (started from the handler's) inherit it."""
+
+
+def bank_job_kinds(
+    settings: Settings, *, on_event: BankJobEventSink | None = None
+) -> dict[str, JobHandler]:
+    """The handlers of ``bank.refresh`` and ``bank.otp`` on ``settings`` (database, banks'
+    URLs, limits, vault, log directory), to merge into a queue's kinds. Jobs that run at once
+    share one launcher (its limits per bank and overall, HTTP client and write queue), opened
+    while any of them runs; what the launches do is told to ``on_event``.
+
+    >>> kinds = {**bank_job_kinds(settings, on_event=deliver), **other_kinds}  # doctest: +SKIP
+    """
+    return BankJobs(settings, on_event=on_event).kinds
+
+
+class BankJobs:
+    """The bank job kinds of one process, over the launcher their jobs share.
+
+    Jobs open the launcher when the first starts and close it when the last ends; ``async
+    with`` keeps it open meanwhile (a command that checks, then queues, then waits). A bad
+    configuration (a sandbox manifest, the vault key) fails the job that opens it, or raises
+    from ``async with``.
+    """
+
+    def __init__(self, settings: Settings, *, on_event: BankJobEventSink | None = None) -> None:
+        self.settings = settings
+        self.on_event = on_event
+        self._launcher: Launcher | None = None
+        self._users = 0
+        self._lock = asyncio.Lock()
+
+    @property
+    def kinds(self) -> dict[str, JobHandler]:
+        """``{"bank.refresh": …, "bank.otp": …}``."""
+        return {BANK_REFRESH: self._refresh, BANK_OTP: self._otp}
+
+    async def __aenter__(self) -> BankJobs:
+        await self._acquire()
+        return self
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        await asyncio.shield(self._release())
+
+    async def check_refresh(self, customers: Sequence[str]) -> list[str]:
+        """Check, before anything is queued or claimed, what refreshing ``customers`` needs:
+        each exists (:class:`~scrapeflow.errors.InputError`), and each access's bank has a
+        scraper and a URL, the vault opens each credential, the day can be had and the log
+        directory written (``ConfigError``, ``VaultError``, ``UnknownScraper``, naming the
+        access): the checks a refresh makes before its claim, for every customer at once.
+        Nothing is stored. Their external ids, in order."""
+        async with self._using() as launcher:
+            async with launcher.sessions() as session:
+                rows = [await find_customer(session, customer) for customer in customers]
+            # The launcher's own check before a claim, which refresh_many runs for all first.
+            await launcher._ready(Access.customer_id.in_([row.id for row in rows]))
+        return [row.external_id for row in rows]
+
+    # -- the handlers ----------------------------------------------------------------------
+
+    async def _refresh(self, context: JobContext) -> Mapping[str, Any]:
+        """Refresh the customer(s) of the job. Run again after a crash, it first frees what the
+        dead launch left claimed, then refreshes again (upserts make that idempotent). One
+        customer that something else holds fails the job with that reason."""
+        customers, many = _customers_in(context.params)
+        context.progress(accesses_done=0, accounts=0, movements=0)
+        async with self._using() as launcher:
+            async with launcher.sessions() as session:
+                rows = [await find_customer(session, customer) for customer in customers]
+            names = {row.id: row.external_id for row in rows}
+            token = _job_sink.set(partial(self._deliver, context, names, customers[0]))
+            try:
+                if context.job.attempts > 1:  # the last attempt's process died holding them
+                    heartbeat = self.settings.heartbeat
+                    await asyncio.gather(
+                        *(_free_dead_launch(launcher.sessions, row.id, heartbeat) for row in rows)
+                    )
+                if many:
+                    reports = await launcher.refresh_many([row.id for row in rows])
+                else:
+                    reports = [await launcher.refresh(rows[0].id)]
+            finally:
+                _job_sink.reset(token)
+        if many:
+            return {
+                "ok": all(report.ok for report in reports),
+                "customers": [_launch_result(report) for report in reports],
+            }
+        return _launch_result(reports[0])
+
+    async def _otp(self, context: JobContext) -> Mapping[str, Any]:
+        """Resume a two-factor access with the code the customer typed, sealed in the params."""
+        customer = str(context.params["customer"])
+        access_id = int(context.params["access_id"])
+        async with self._using() as launcher:
+            code = launcher.vault.decrypt(str(context.params["code_sealed"]).encode())
+            token = _job_sink.set(partial(self._deliver, context, {}, customer))
+            try:
+                report = await launcher.scrape_access(access_id, otp=code)
+            finally:
+                _job_sink.reset(token)
+        return {
+            "customer": customer,
+            "access_id": report.access_id,
+            "bank": report.bank,
+            "result": report.code.value,
+            "ok": report.code.ok,
+            "accounts": report.accounts,
+            "movements": report.movements,
+        }
+
+    # -- the shared launcher and its events --------------------------------------------------
+
+    async def _acquire(self) -> Launcher:
+        async with self._lock:
+            if self._launcher is None:
+                launcher = launcher_from_settings(self.settings, on_event=self._route)
+                await launcher.__aenter__()
+                self._launcher = launcher
+            self._users += 1
+            return self._launcher
+
+    async def _release(self) -> None:
+        async with self._lock:
+            self._users -= 1
+            if self._users > 0 or self._launcher is None:
+                return
+            launcher, self._launcher = self._launcher, None
+            await launcher.__aexit__(None, None, None)
+
+    @contextlib.asynccontextmanager
+    async def _using(self) -> AsyncIterator[Launcher]:
+        launcher = await self._acquire()
+        try:
+            yield launcher
+        finally:
+            # Shielded: a cancelled job still lets go of the launcher, so the last one closes it.
+            await asyncio.shield(self._release())
+
+    async def _route(self, event: LaunchEvent) -> None:
+        deliver = _job_sink.get()
+        if deliver is not None:
+            await deliver(event)
+
+    async def _deliver(
+        self, context: JobContext, names: Mapping[int, str], customer: str, event: LaunchEvent
+    ) -> None:
+        counts = context.counts
+        if event.kind is EventKind.ACCOUNTS:
+            context.progress(accounts=counts.get("accounts", 0) + event.count)
+        elif event.kind is EventKind.MOVEMENTS:
+            context.progress(movements=counts.get("movements", 0) + event.count)
+        elif event.kind is EventKind.ACCESS_FINISHED:
+            context.progress(accesses_done=counts.get("accesses_done", 0) + 1)
+        if self.on_event is None:
+            return
+        told = self.on_event(
+            BankJobEvent(context.job, names.get(event.customer_id, customer), event)
+        )
+        if inspect.isawaitable(told):
+            await told
+
+
+def _customers_in(params: Mapping[str, Any]) -> tuple[list[str], bool]:
+    """The customers a ``bank.refresh`` job names, and whether it names several."""
+    if "customers" in params:
+        many = params["customers"]
+        if not isinstance(many, list) or not many or not all(isinstance(c, str) for c in many):
+            raise InputError("a bank.refresh job's 'customers' is a non-empty list of ids")
+        return list(many), True
+    if "customer" in params:
+        return [str(params["customer"])], False
+    raise InputError("a bank.refresh job names its 'customer' (or 'customers')")
+
+
+async def _free_dead_launch(
+    sessions: async_sessionmaker[AsyncSession], customer_id: int, heartbeat: float
+) -> None:
+    """Reset what a dead launch left claimed for the customer, once its heartbeats are stale
+    (at most a few heartbeat intervals from now). A live launch (a refresh by an older command,
+    say) keeps beating and is left alone: the refresh then fails with that reason."""
+    for _ in range(_WAIT_BEATS):
+        async with sessions() as session:
+            state = await session.scalar(
+                select(Customer.scrape_state).where(Customer.id == customer_id)
+            )
+        if state is not ScrapeState.IN_PROGRESS:
+            return
+        found = await reset_stuck(
+            sessions, limit=timedelta(milliseconds=1), heartbeat=heartbeat, customer=customer_id
+        )
+        if found.customers:
+            return
+        await asyncio.sleep(heartbeat)
+
+
+# -- results ----------------------------------------------------------------------------------
+
+
+def _launch_result(report: LaunchReport) -> dict[str, Any]:
+    """A launch report as a job's result (JSON-ready; details scrubbed of credentials)."""
+    return {
+        "customer": report.external_id,
+        "customer_id": report.customer_id,
+        "launch_id": report.launch_id,
+        "ok": report.ok,
+        "refused": report.refused,
+        "seconds": round(report.seconds, 3),
+        "balances_seconds": report.balances_seconds,
+        "log_file": None if report.log_file is None else str(report.log_file),
+        "accesses": [
+            {
+                "access_id": a.access_id,
+                "bank": a.bank,
+                "result": a.code.value,
+                "detail": redact(a.detail)[:_MAX_DETAIL],
+                "accounts": a.accounts,
+                "movements": a.movements,
+                "seconds": round(a.seconds, 3),
+                "balances_seconds": a.balances_seconds,
+            }
+            for a in report.accesses
+        ],
+    }
+
+
+def refresh_reports(job: Job) -> list[LaunchReport]:
+    """What a finished ``bank.refresh`` job did, one report per customer: its result, or — a
+    job that failed or was cancelled — a report ``refused`` with the reason.
+
+    Raises :class:`ValueError` for another kind of job, or one that has not ended.
+    """
+    if job.kind != BANK_REFRESH:
+        raise ValueError(f"job {job.id} is a {job.kind!r} job, not {BANK_REFRESH!r}")
+    if not job.state.final:
+        raise ValueError(f"job {job.id} has not ended ({job.state.value})")
+    if job.state is JobState.SUCCEEDED and job.result:
+        parts = job.result.get("customers") or [job.result]
+        return [_report_of(part) for part in parts]
+    if job.state is JobState.CANCELLED:
+        reason = "the refresh was cancelled"
+    else:
+        reason = _EXCEPTION_PREFIX.sub("", job.error or "the refresh failed")
+    try:
+        customers, _ = _customers_in(job.params)
+    except InputError:
+        customers = ["-"]
+    return [LaunchReport("-", 0, customer, refused=reason) for customer in customers]
+
+
+def _report_of(part: Mapping[str, Any]) -> LaunchReport:
+    log_file = part.get("log_file")
+    return LaunchReport(
+        launch_id=str(part.get("launch_id") or "-"),
+        customer_id=int(part.get("customer_id") or 0),
+        external_id=str(part.get("customer", "-")),
+        accesses=[
+            AccessReport(
+                int(a["access_id"]),
+                str(a["bank"]),
+                ResultCode(a["result"]),
+                detail=str(a.get("detail") or ""),
+                accounts=int(a.get("accounts") or 0),
+                movements=int(a.get("movements") or 0),
+                seconds=float(a.get("seconds") or 0.0),
+                balances_seconds=a.get("balances_seconds"),
+            )
+            for a in part.get("accesses") or ()
+        ],
+        seconds=float(part.get("seconds") or 0.0),
+        log_file=Path(log_file) if log_file else None,
+        refused=part.get("refused"),
+    )
+
+
+# -- the watchdog -----------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class WatchdogReport:
+    """What one watchdog pass did: jobs put back in the queue or failed, rows reset."""
+
+    requeued: tuple[str, ...] = ()
+    """Ids of running jobs whose heartbeat had stopped, queued again."""
+    failed: tuple[str, ...] = ()
+    """Ids of such jobs that had had their attempts, failed."""
+    accesses: tuple[int, ...] = ()
+    """Ids of accesses reset (ended ``timeout``)."""
+    customers: tuple[int, ...] = ()
+    """Ids of customers set back to idle."""
+
+
+async def run_watchdog(
+    queue: EmbeddedJobQueue,
+    sessions: async_sessionmaker[AsyncSession],
+    *,
+    limit: timedelta,
+    heartbeat: float = DEFAULT_HEARTBEAT,
+) -> WatchdogReport:
+    """One pass of the watchdog: the job queue's stalled-job sweep, then the bank rows.
+
+    1. Running jobs silent for longer than ``limit`` — and than the queue's ``stalled_after``
+       (three of its heartbeats) — go back to the queue, or fail past ``max_attempts``
+       (:meth:`EmbeddedJobQueue.requeue_stalled`); a queue process, or the next command that
+       asks for the same work, runs them again.
+    2. Accesses and customers stuck in progress are reset as :func:`reset_stuck` does (stale:
+       older than ``limit`` and three of their launcher's heartbeat intervals; ``heartbeat``
+       stands in for rows that stored none), except those of a customer a live bank job still
+       holds.
+
+    Raises :class:`~scrapeflow.errors.ConfigError`, before anything changes, when ``limit`` or
+    ``heartbeat`` is not positive.
+    """
+    if not limit > timedelta(0):
+        raise ConfigError(f"the watchdog's limit must be positive, got {limit.total_seconds():g} s")
+    if not 0 < heartbeat < float("inf"):
+        raise ConfigError(f"the heartbeat interval must be positive, got {heartbeat!r}")
+    stalled = await queue.requeue_stalled(silent_for=limit.total_seconds())
+    held = await _held_customers(queue, sessions)
+    if not held:
+        rows = await reset_stuck(sessions, limit=limit, heartbeat=heartbeat)
+        accesses, customers = list(rows.accesses), list(rows.customers)
+    else:
+        accesses, customers = [], []
+        for customer_id in sorted(await _customers_in_progress(sessions) - held):
+            rows = await reset_stuck(
+                sessions, limit=limit, heartbeat=heartbeat, customer=customer_id
+            )
+            accesses += rows.accesses
+            customers += rows.customers
+    return WatchdogReport(
+        requeued=tuple(j.id for j in stalled if j.state is JobState.QUEUED),
+        failed=tuple(j.id for j in stalled if j.state is JobState.FAILED),
+        accesses=tuple(sorted(accesses)),
+        customers=tuple(sorted(customers)),
+    )
+
+
+async def _held_customers(
+    queue: EmbeddedJobQueue, sessions: async_sessionmaker[AsyncSession]
+) -> set[int]:
+    """Ids of the customers that running bank jobs hold (their heartbeat is fresh: the sweep
+    has just put back every silent one)."""
+    external: set[str] = set()
+    for kind in (BANK_REFRESH, BANK_OTP):
+        before: str | None = None
+        while True:
+            page = await queue.find(kind=kind, states=(JobState.RUNNING,), limit=500, before=before)
+            for job in page:
+                external.update(_named_customers(job.params))
+            if len(page) < 500:
+                break
+            before = page[-1].id
+    if not external:
+        return set()
+    async with sessions() as session:
+        found = await session.scalars(
+            select(Customer.id).where(Customer.external_id.in_(sorted(external)))
+        )
+        return set(found.all())
+
+
+def _named_customers(params: Mapping[str, Any]) -> Collection[str]:
+    try:
+        return _customers_in(params)[0]
+    except InputError:
+        return ()
+
+
+async def _customers_in_progress(sessions: async_sessionmaker[AsyncSession]) -> set[int]:
+    """Ids of the customers in progress, or with an access in progress."""
+    async with sessions() as session:
+        refreshing = await session.scalars(
+            select(Customer.id).where(Customer.scrape_state == ScrapeState.IN_PROGRESS)
+        )
+        scraping = await session.scalars(
+            select(Access.customer_id)
+            .where(Access.scrape_state == ScrapeState.IN_PROGRESS)
+            .distinct()
+        )
+        return set(refreshing.all()) | set(scraping.all())
