@@ -11,9 +11,23 @@ fetch log per run, optional WARC records and an optional push to a Redis stream.
 One run of a shard (fetch id, offset, limit) at a time: a second is refused while the first, or
 any of its worker processes, lives; workers die with their parent; a run killed at any moment
 is completed exactly by the next (:class:`FetchRun`).
+
+The service's ``fetch`` jobs (``POST /v1/jobs``) are :class:`FetchJobs`: a URL list into the
+service's store, one shard per job.
 """
 
 from scrapeflow.fetch._input import FetchItem, read_items
+from scrapeflow.fetch._job import (
+    FETCH_KIND,
+    MAX_FETCH_JOB_CONCURRENCY,
+    MAX_FETCH_JOB_DELAY,
+    MAX_FETCH_JOB_PER_HOST,
+    MAX_FETCH_JOB_URLS,
+    MAX_JOB_URL_LENGTH,
+    FetchItemOutcome,
+    FetchJobParams,
+    FetchJobs,
+)
 from scrapeflow.fetch._pipeline import FetchReport, fetch_items
 from scrapeflow.fetch._run import GRACE_SECONDS, OUTCOMES, FetchRun, run_fetch
 from scrapeflow.fetch._settings import (
@@ -24,12 +38,21 @@ from scrapeflow.fetch._settings import (
 )
 
 __all__ = [
+    "FETCH_KIND",
     "GRACE_SECONDS",
     "MAX_CONCURRENT_FETCHES",
     "MAX_CONCURRENT_WRITERS",
     "MAX_CPUS",
+    "MAX_FETCH_JOB_CONCURRENCY",
+    "MAX_FETCH_JOB_DELAY",
+    "MAX_FETCH_JOB_PER_HOST",
+    "MAX_FETCH_JOB_URLS",
+    "MAX_JOB_URL_LENGTH",
     "OUTCOMES",
     "FetchItem",
+    "FetchItemOutcome",
+    "FetchJobParams",
+    "FetchJobs",
     "FetchReport",
     "FetchRun",
     "FetchSettings",

@@ -4,24 +4,66 @@ from __future__ import annotations
 
 from datetime import date, datetime
 from decimal import Decimal
-from typing import Annotated, Any
+from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, Field, SecretStr
+from pydantic import (
+    AfterValidator,
+    BaseModel,
+    ConfigDict,
+    Discriminator,
+    Field,
+    RootModel,
+    SecretStr,
+    Tag,
+    model_validator,
+)
 
+from scrapeflow.executors import (
+    MAX_RUN_DELAY,
+    MAX_RUN_EXECUTORS,
+    MAX_RUN_PARALLELISM,
+    MAX_RUN_PER_HOST,
+    MAX_RUN_TASKS,
+    MAX_RUN_TIMEOUT,
+    ExecutorOutcome,
+    RunTaskOutcome,
+    executor_names,
+)
+from scrapeflow.fetch import (
+    MAX_FETCH_JOB_CONCURRENCY,
+    MAX_FETCH_JOB_DELAY,
+    MAX_FETCH_JOB_PER_HOST,
+    MAX_FETCH_JOB_URLS,
+    MAX_JOB_URL_LENGTH,
+    FetchItemOutcome,
+)
 from scrapeflow.jobs import Job
+from scrapeflow.status import check_key
+from scrapeflow.urllist import check_url
 
 __all__ = [
     "AccessIn",
     "AccessOut",
+    "AccessResultOut",
     "AccountOut",
     "CustomerIn",
     "CustomerOut",
     "CustomerStatus",
+    "ExecutorOutcomeOut",
+    "FetchItemOut",
+    "FetchJobIn",
+    "FetchJobParamsIn",
+    "JobIn",
     "JobList",
     "JobOut",
+    "JobResults",
     "MovementOut",
     "MovementPage",
     "OneTimeCode",
+    "RunJobIn",
+    "RunJobParamsIn",
+    "RunTaskIn",
+    "RunTaskOut",
 ]
 
 
@@ -141,3 +183,211 @@ class AccessIn(BaseModel):
 class OneTimeCode(BaseModel):
     code: Annotated[str, Field(pattern=r"^[0-9]{4,10}$")]
     """The code the bank sent the customer (4-10 digits)."""
+
+
+# -- POST /v1/jobs: what a client may ask for (no code, no path: names and URLs) ---------------
+
+
+def _http_url(url: str) -> str:
+    problem = check_url(url)
+    if problem is not None:
+        raise ValueError(problem)
+    return url
+
+
+def _task_key(key: str) -> str:
+    check_key(key)  # InputError is a ValueError: it becomes the field's error
+    return key
+
+
+def _registered(name: str) -> str:
+    known = executor_names()
+    if name not in known:
+        shown = repr(name) if len(repr(name)) <= 60 else repr(name)[:57] + "..."
+        raise ValueError(
+            f"unknown executor {shown}: executors are chosen by registered name "
+            f"(known: {', '.join(known) or 'none'})"
+        )
+    return name
+
+
+HttpUrlText = Annotated[
+    str, Field(min_length=1, max_length=MAX_JOB_URL_LENGTH), AfterValidator(_http_url)
+]
+ExecutorName = Annotated[str, Field(min_length=1, max_length=200), AfterValidator(_registered)]
+_INPUT = ConfigDict(extra="forbid", strict=True)
+
+
+class FetchJobParamsIn(BaseModel):
+    """A ``fetch`` job: these URLs into the service's store (the service picks it)."""
+
+    model_config = _INPUT
+    urls: Annotated[list[HttpUrlText], Field(min_length=1, max_length=MAX_FETCH_JOB_URLS)]
+    """http(s) URLs; one listed twice is fetched once."""
+    concurrency: Annotated[int, Field(ge=1, le=MAX_FETCH_JOB_CONCURRENCY)] = 16
+    """Fetches in flight (the service's ``parallelism`` caps it)."""
+    per_host: Annotated[int, Field(ge=1, le=MAX_FETCH_JOB_PER_HOST)] = 8
+    """Fetches in flight per host (the service's ``per_host`` caps it)."""
+    delay: Annotated[float, Field(ge=0, le=MAX_FETCH_JOB_DELAY, allow_inf_nan=False)] = 0.0
+    """Seconds between two requests to one host."""
+
+
+class RunTaskIn(BaseModel):
+    """A task: its params (what its executors read; ``url`` for ``scrape``) and its key (the
+    URL's MD5 when not given)."""
+
+    model_config = _INPUT
+    key: Annotated[str, Field(min_length=1, max_length=200), AfterValidator(_task_key)] | None = (
+        None
+    )
+    params: dict[str, Any]
+
+
+def _task_form(value: Any) -> str:
+    return "url" if isinstance(value, str) else "task"
+
+
+TaskSpec = Annotated[
+    Annotated[HttpUrlText, Tag("url")] | Annotated[RunTaskIn, Tag("task")],
+    Discriminator(_task_form),
+]
+
+
+class RunJobParamsIn(BaseModel):
+    """A ``run`` job: tasks through executors named from the registered ones."""
+
+    model_config = _INPUT
+    tasks: Annotated[list[TaskSpec], Field(min_length=1, max_length=MAX_RUN_TASKS)]
+    """URLs, or tasks with their params."""
+    executors: Annotated[list[ExecutorName], Field(min_length=1, max_length=MAX_RUN_EXECUTORS)] = (
+        Field(default_factory=lambda: ["scrape"])
+    )
+    """Registered executor names, run in this order on each task."""
+    parallelism: Annotated[int, Field(ge=1, le=MAX_RUN_PARALLELISM)] = 16
+    """Tasks in flight (the service's ``parallelism`` caps it)."""
+    per_host: Annotated[int, Field(ge=1, le=MAX_RUN_PER_HOST)] = 8
+    """Requests in flight per host (the service's ``per_host`` caps it)."""
+    delay: Annotated[float, Field(ge=0, le=MAX_RUN_DELAY, allow_inf_nan=False)] = 0.0
+    """Seconds between two requests to one host."""
+    timeout: Annotated[float, Field(gt=0, le=MAX_RUN_TIMEOUT, allow_inf_nan=False)] | None = None
+    """Seconds per task; the service's ``timeout`` when not given."""
+
+
+class FetchJobIn(BaseModel):
+    """``{"kind": "fetch", "params": {...}}``."""
+
+    model_config = _INPUT
+    kind: Literal["fetch"]
+    params: FetchJobParamsIn
+
+
+class RunJobIn(BaseModel):
+    """``{"kind": "run", "params": {...}}``."""
+
+    model_config = _INPUT
+    kind: Literal["run"]
+    params: RunJobParamsIn
+
+
+class JobIn(RootModel[Annotated[FetchJobIn | RunJobIn, Field(discriminator="kind")]]):
+    """A job to create: ``{"kind": "fetch" | "run", "params": {...}}``."""
+
+    @model_validator(mode="before")
+    @classmethod
+    def _not_a_bank_job(cls, data: Any) -> Any:
+        if isinstance(data, dict) and data.get("kind") in ("bank.refresh", "bank.otp"):
+            raise ValueError(
+                "bank jobs are not created here: POST /v1/customers/{customer}/refresh "
+                "refreshes a customer, POST /v1/customers/{customer}/accesses/{access_id}/otp "
+                "gives a one-time code"
+            )
+        return data
+
+
+# -- GET /v1/jobs/{job_id}/results -------------------------------------------------------------
+
+
+class FetchItemOut(BaseModel):
+    """One URL of a fetch job: ``stored``, ``failed``, ``pending`` (the job is active) or
+    ``not_fetched`` (the job ended before it)."""
+
+    index: int
+    url: str
+    outcome: str
+    status: int | None
+    """The HTTP status of the answer (none when no answer came)."""
+    sha384: str | None
+    """The stored body's SHA-384 (hex): its name in the store."""
+    size: int | None
+    """The stored body's size in bytes."""
+    final_url: str | None
+    error: str | None
+
+    @classmethod
+    def of(cls, outcome: FetchItemOutcome) -> FetchItemOut:
+        return cls(
+            index=outcome.index,
+            url=outcome.url,
+            outcome=outcome.outcome,
+            status=outcome.status,
+            sha384=outcome.sha384,
+            size=outcome.size,
+            final_url=outcome.final_url,
+            error=outcome.error,
+        )
+
+
+class ExecutorOutcomeOut(BaseModel):
+    """One executor's part of a task, as saved in the task's status."""
+
+    status: str
+    """``SUCCESS``, ``SKIPPED`` (it succeeded in an earlier run) or ``ERROR <Type>::<message>``."""
+    output: Any
+
+    @classmethod
+    def of(cls, outcome: ExecutorOutcome) -> ExecutorOutcomeOut:
+        return cls(status=outcome.status, output=outcome.output)
+
+
+class RunTaskOut(BaseModel):
+    """One task of a run job: ``succeeded``, ``failed``, ``pending`` (the job is active),
+    ``not_run`` (the job ended before it) or ``unreadable``; per executor, its status and
+    output."""
+
+    index: int
+    key: str
+    url: str | None
+    state: str
+    executors: dict[str, ExecutorOutcomeOut]
+
+    @classmethod
+    def of(cls, outcome: RunTaskOutcome) -> RunTaskOut:
+        return cls(
+            index=outcome.index,
+            key=outcome.key,
+            url=outcome.url,
+            state=outcome.state,
+            executors={n: ExecutorOutcomeOut.of(e) for n, e in outcome.executors.items()},
+        )
+
+
+class AccessResultOut(BaseModel):
+    """One access of a bank job, from its result summary."""
+
+    access_id: int
+    bank: str
+    result: str
+    accounts: int
+    movements: int
+
+
+class JobResults(BaseModel):
+    """A page of a job's per-item results."""
+
+    job_id: str
+    kind: str
+    state: str
+    items: list[FetchItemOut] | list[RunTaskOut] | list[AccessResultOut]
+    """Per item, in the job's order: URLs (``fetch``), tasks (``run``), accesses (bank jobs)."""
+    next_cursor: str | None
+    """Pass as ``cursor`` for the next page; null at the end."""

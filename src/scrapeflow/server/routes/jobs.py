@@ -1,23 +1,66 @@
-"""``/v1/jobs``: list, get, cancel. A key restricted to customers sees only their refreshes."""
+"""``/v1/jobs``: create (``fetch``, ``run``), list, get, cancel, results. A key restricted to
+customers sees only their refreshes, and creates no job here.
+
+Nothing a client sends names code or a place: executors are registered names, URLs are
+fetched, and where a job writes is the service's choice (``jobs_store``, ``jobs_dir``).
+
+``Idempotency-Key``: a POST that carries one gets, for the same key from the same API key
+within 24 hours, the job the first one made (202, same id), whatever its state; the same key
+with another body is refused (422 ``idempotency-key-reused``).
+"""
 
 from __future__ import annotations
 
-from typing import Annotated
+import base64
+import binascii
+import hashlib
+from datetime import UTC, datetime, timedelta
+from typing import Annotated, Any
 
-from fastapi import APIRouter, Depends, Query
+from fastapi import APIRouter, Depends, Header, Query, Request
+from fastapi.responses import JSONResponse
 
+from scrapeflow.banking import BANK_OTP, BANK_REFRESH
 from scrapeflow.jobs import Job, JobState
 from scrapeflow.server._deps import State, caller_with
 from scrapeflow.server._keys import ApiKey, Scope
 from scrapeflow.server._problems import Problem
-from scrapeflow.server._schemas import JobList, JobOut
-from scrapeflow.server._work import BANK_REFRESH
+from scrapeflow.server._schemas import (
+    AccessResultOut,
+    FetchItemOut,
+    FetchJobIn,
+    JobIn,
+    JobList,
+    JobOut,
+    JobResults,
+    RunJobIn,
+    RunTaskOut,
+)
 
-__all__ = ["cancel_job", "get_job", "list_jobs", "router", "visible_job"]
+__all__ = [
+    "cancel_job",
+    "create_job",
+    "get_job",
+    "job_results",
+    "list_jobs",
+    "router",
+    "visible_job",
+]
 
 router = APIRouter(prefix="/v1/jobs", tags=["jobs"])
 Reader = Annotated[ApiKey, Depends(caller_with(Scope.READ))]
-Refresher = Annotated[ApiKey, Depends(caller_with(Scope.REFRESH))]
+Maker = Annotated[ApiKey, Depends(caller_with(Scope.JOBS))]
+IdempotencyKey = Annotated[
+    str | None,
+    Header(
+        min_length=1,
+        max_length=255,
+        pattern=r"^[\x21-\x7e]+$",
+        description="Retry safely: the same key gives the same job (24 hours).",
+    ),
+]
+_IDEMPOTENCY_HOURS = 24
+_SCAN = 500
 JobId = Annotated[str, "a job id"]
 
 
@@ -70,11 +113,178 @@ async def get_job(job_id: JobId, state: State, key: Reader) -> JobOut:
     return JobOut.of(await visible_job(state, key, job_id))
 
 
+async def _canceller(request: Request) -> ApiKey:
+    """A key that may cancel some job: ``refresh`` (a refresh) or ``jobs`` (the others)."""
+    try:
+        return await caller_with(Scope.REFRESH)(request)
+    except Problem as exc:
+        if exc.status != 403:
+            raise
+    try:
+        return await caller_with(Scope.JOBS)(request)
+    except Problem as exc:
+        if exc.status != 403:
+            raise
+    raise Problem(403, "forbidden", "this key lacks the 'refresh' and 'jobs' scopes")
+
+
 @router.post("/{job_id}/cancel", response_model=JobOut)
-async def cancel_job(job_id: JobId, state: State, key: Refresher) -> JobOut:
+async def cancel_job(
+    job_id: JobId, state: State, key: Annotated[ApiKey, Depends(_canceller)]
+) -> JobOut:
     """Cancel a job: a queued one ends at once, a running one within 2 seconds; what it
-    stored stays. Cancelling an ended job changes nothing."""
+    stored stays. Cancelling an ended job changes nothing. A refresh needs the ``refresh``
+    scope, any other job the ``jobs`` scope."""
     job = await visible_job(state, key, job_id)
-    if job.kind != BANK_REFRESH and not key.allows(Scope.JOBS):
-        raise Problem(403, "forbidden", "this key lacks the 'jobs' scope")
+    needed = Scope.REFRESH if job.kind == BANK_REFRESH else Scope.JOBS
+    if not key.allows(needed):
+        raise Problem(403, "forbidden", f"this key lacks the {needed.value!r} scope")
     return JobOut.of(await state.queue.cancel(job.id))
+
+
+@router.post("", status_code=202, response_model=JobOut)
+async def create_job(
+    body: JobIn, state: State, key: Maker, idempotency_key: IdempotencyKey = None
+) -> JSONResponse:
+    """Create a ``fetch`` job (URLs into the service's store) or a ``run`` job (tasks through
+    registered executors): 202 with the job at once, ``Location`` its URL. Bank jobs are
+    created by their customer's endpoints."""
+    if key.customers:
+        raise Problem(403, "forbidden", "a key restricted to customers creates no fetch or run job")
+    wanted = body.root
+    params = _checked_params(wanted)
+    dedupe = _dedupe_key(key, idempotency_key) if idempotency_key is not None else None
+    job = await _earlier_job(state, dedupe) if dedupe is not None else None
+    if job is None:
+        job = await state.queue.submit(wanted.kind, params, dedupe_key=dedupe)
+    if dedupe is not None and (job.kind != wanted.kind or job.params != params):
+        raise Problem(
+            422,
+            "idempotency-key-reused",
+            f"this Idempotency-Key made job {job.id} with another body; use a new key",
+        )
+    return JSONResponse(
+        JobOut.of(job).model_dump(mode="json"),
+        status_code=202,
+        headers={"Location": f"/v1/jobs/{job.id}"},
+    )
+
+
+def _checked_params(wanted: FetchJobIn | RunJobIn) -> dict[str, Any]:
+    """The params as the job keeps them, checked by the library that runs the kind."""
+    raw = wanted.params.model_dump(mode="json")
+    if isinstance(wanted, FetchJobIn):
+        from scrapeflow.fetch import FetchJobParams
+
+        return FetchJobParams.from_params(raw).as_params()  # InputError: 422
+    from scrapeflow.executors import RunJobParams
+
+    return RunJobParams.from_params(raw).as_params()
+
+
+def _dedupe_key(key: ApiKey, idempotency_key: str) -> str:
+    """One client's idempotency key, as the queue's dedupe key: another API key's same text
+    is another key, and the text itself is not kept."""
+    digest = hashlib.sha256(idempotency_key.encode()).hexdigest()
+    return f"jobs:{key.id}:{digest}"
+
+
+async def _earlier_job(state: State, dedupe: str) -> Job | None:
+    """The job an Idempotency-Key made in the last 24 hours, newest first. The queue dedupes
+    only active jobs (and so settles two concurrent first requests); an ended one is found
+    here among the recent fetch and run jobs."""
+    from scrapeflow.executors import RUN_KIND
+    from scrapeflow.fetch import FETCH_KIND
+
+    horizon = datetime.now(UTC) - timedelta(hours=_IDEMPOTENCY_HOURS)
+    for kind in (FETCH_KIND, RUN_KIND):
+        before: str | None = None
+        while True:
+            batch = await state.queue.find(kind=kind, limit=_SCAN, before=before)
+            recent = [job for job in batch if job.created_at >= horizon]
+            found = next((job for job in recent if job.dedupe_key == dedupe), None)
+            if found is not None:
+                return found
+            if len(recent) < _SCAN:  # the last page, or past the horizon
+                break
+            before = batch[-1].id
+    return None
+
+
+@router.get("/{job_id}/results", response_model=JobResults)
+async def job_results(
+    job_id: JobId,
+    state: State,
+    key: Reader,
+    limit: Annotated[int, Query(ge=1, le=500)] = 100,
+    cursor: Annotated[str | None, Query(max_length=200)] = None,
+) -> JobResults:
+    """Per item, in the job's order, as it stands now (while the job runs, and after):
+    each URL of a ``fetch`` job (outcome, HTTP status, SHA-384 and size of the stored body),
+    each task of a ``run`` job (its state, and each executor's status and output), each
+    access of a bank job (from its result summary). ``next_cursor`` pages on."""
+    from scrapeflow.executors import RUN_KIND, RunJobs
+    from scrapeflow.fetch import FETCH_KIND, FetchJobs
+
+    job = await visible_job(state, key, job_id)
+    start = _decode_cursor(cursor, job.id) if cursor else 0
+    active = not job.state.final
+    items: list[FetchItemOut] | list[RunTaskOut] | list[AccessResultOut]
+    if job.kind == FETCH_KIND:
+        fetched = await FetchJobs.from_settings(state.settings).outcomes(
+            job.id, job.params, active=active, start=start, limit=limit + 1
+        )
+        items = [FetchItemOut.of(outcome) for outcome in fetched]
+    elif job.kind == RUN_KIND:
+        ran = await RunJobs.from_settings(state.settings).outcomes(
+            job.id, job.params, active=active, start=start, limit=limit + 1
+        )
+        items = [RunTaskOut.of(outcome) for outcome in ran]
+    else:
+        items = _accesses(job)[start : start + limit + 1]
+    more = len(items) > limit
+    return JobResults(
+        job_id=job.id,
+        kind=job.kind,
+        state=job.state.value,
+        items=items[:limit],
+        next_cursor=_encode_cursor(job.id, start + limit) if more else None,
+    )
+
+
+def _accesses(job: Job) -> list[AccessResultOut]:
+    """A bank job's accesses, from its result summary (none before it ends)."""
+    result = job.result or {}
+    if job.kind == BANK_REFRESH:
+        rows = result.get("accesses") or []
+    elif job.kind == BANK_OTP and result:
+        rows = [result]
+    else:
+        rows = []
+    return [
+        AccessResultOut(
+            access_id=row["access_id"],
+            bank=row["bank"],
+            result=row["result"],
+            accounts=row["accounts"],
+            movements=row["movements"],
+        )
+        for row in rows
+    ]
+
+
+def _encode_cursor(job_id: str, position: int) -> str:
+    return base64.urlsafe_b64encode(f"{job_id}:{position}".encode()).decode().rstrip("=")
+
+
+def _decode_cursor(cursor: str, job_id: str) -> int:
+    try:
+        raw = base64.urlsafe_b64decode(cursor + "=" * (-len(cursor) % 4)).decode()
+        owner, _, position = raw.rpartition(":")
+        if owner != job_id or not position.isdigit():
+            raise ValueError
+        return int(position)
+    except (ValueError, binascii.Error, UnicodeDecodeError):
+        raise Problem(
+            422, "invalid-cursor", "cursor is not one this API gave for this job"
+        ) from None
