@@ -4,13 +4,16 @@ a read of the stored log from that id on, so nothing is lost and nothing comes t
 
 Ids increase in commit order: this process appends under one lock, so an event never becomes
 visible after one with a higher id (a reader at id N never skips a late N-1).
+
+An ``outbox`` hook runs inside the transaction that stores the event: what it writes (the
+webhook deliveries the event calls for) commits with the event or not at all.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
-from collections.abc import AsyncIterator, Mapping
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
@@ -27,12 +30,12 @@ from sqlalchemy import (
     insert,
     select,
 )
-from sqlalchemy.ext.asyncio import AsyncEngine
+from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
 from scrapeflow.db import UTCDateTime
-from scrapeflow.jobs import Job
+from scrapeflow.jobs import Job, JobState
 
-__all__ = ["FINAL_JOB_EVENTS", "Event", "EventLog", "events_table"]
+__all__ = ["EVENT_KINDS", "FINAL_JOB_EVENTS", "Event", "EventLog", "Outbox", "events_table"]
 
 metadata = MetaData()
 events_table = Table(
@@ -51,6 +54,17 @@ events_table = Table(
 )
 
 FINAL_JOB_EVENTS = frozenset({"job.succeeded", "job.failed", "job.cancelled"})
+EVENT_KINDS = frozenset(
+    {
+        "bank.refresh_started",
+        "bank.accounts",
+        "bank.movements",
+        "bank.access_finished",
+        "bank.all_updated",
+        *(f"job.{state.value}" for state in JobState),
+    }
+)
+"""Every kind of event the service stores (what a webhook may ask for)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -73,15 +87,29 @@ class Event:
         }
 
 
+Outbox = Callable[[AsyncConnection, Event], Awaitable[None]]
+"""Writes what must be sent about a new event, on the connection (and in the transaction)
+that stores it."""
+
+
 class EventLog:
     """The stored, numbered events, and a wake-up for the streams reading them."""
 
-    def __init__(self, engine: AsyncEngine, *, poll: float = 1.0) -> None:
+    def __init__(
+        self, engine: AsyncEngine, *, poll: float = 1.0, outbox: Outbox | None = None
+    ) -> None:
         self.engine = engine
         self.poll = poll
         """How often a stream looks for events written by another process."""
+        self.outbox = outbox
         self._lock = asyncio.Lock()
         self._changed = asyncio.Event()
+
+    @property
+    def next_change(self) -> asyncio.Event:
+        """Set once the next event of this process is stored: take it before reading the log,
+        then wait on it, and no event slips between the read and the wait."""
+        return self._changed
 
     async def open(self) -> None:
         async with self.engine.begin() as connection:
@@ -95,21 +123,22 @@ class EventLog:
         customer: str | None = None,
         job_id: str | None = None,
     ) -> int:
-        """Store one event; its id."""
+        """Store one event, and what the outbox writes for it, in one transaction; its id."""
+        at = datetime.now(UTC)
         async with self._lock, self.engine.begin() as connection:
             done = await connection.execute(
                 insert(events_table).values(
-                    customer=customer,
-                    job_id=job_id,
-                    kind=kind,
-                    data=dict(data),
-                    at=datetime.now(UTC),
+                    customer=customer, job_id=job_id, kind=kind, data=dict(data), at=at
                 )
             )
             key = done.inserted_primary_key
             if key is None:
                 raise RuntimeError("the database gave no id to a new event")
             event_id = int(key[0])
+            if self.outbox is not None:
+                await self.outbox(
+                    connection, Event(event_id, kind, customer, job_id, dict(data), at)
+                )
         self._changed.set()
         self._changed = asyncio.Event()
         return event_id
@@ -161,7 +190,7 @@ class EventLog:
     ) -> AsyncIterator[Event]:
         """Events after ``after_id``, as they come; a job's stream ends with its final event."""
         while True:
-            changed = self._changed
+            changed = self.next_change
             batch = await self.after(after_id, customer=customer, job_id=job_id)
             for event in batch:
                 after_id = event.id

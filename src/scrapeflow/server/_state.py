@@ -12,6 +12,7 @@ from sqlalchemy.ext.asyncio import AsyncEngine, AsyncSession, async_sessionmaker
 from scrapeflow.config import Settings
 from scrapeflow.jobs import EmbeddedJobQueue
 from scrapeflow.server._events import EventLog
+from scrapeflow.server._webhooks import Webhooks
 
 __all__ = ["AuthFailures", "ServiceState"]
 
@@ -51,4 +52,5 @@ class ServiceState:
     sessions: async_sessionmaker[AsyncSession]
     queue: EmbeddedJobQueue
     events: EventLog
+    webhooks: Webhooks
     failures: AuthFailures = field(default_factory=AuthFailures)
