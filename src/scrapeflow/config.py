@@ -148,10 +148,22 @@ class Settings(BaseSettings):
     """Address the service listens on (loopback unless you put it behind a proxy)."""
     api_port: Annotated[int, Field(ge=0, le=65_535)] = 8000
     """Port the service listens on; 0 picks a free one (printed at start)."""
+    api_max_body: Annotated[int, Field(ge=1_024, le=1_073_741_824)] = 1_048_576
+    """Bytes a request body may hold; a bigger one is refused (413), and never buffered."""
     job_concurrency: Annotated[int, Field(ge=1, le=1_000)] = 4
     """Jobs the service runs at once (each refresh runs all its accesses in parallel)."""
     job_heartbeat: Seconds = 5.0
     """Seconds between two heartbeats of running jobs; a job silent for 3 of them is run again."""
+    jobs_dir: Path = Path("jobs")
+    """Where API jobs write: a ``run`` job's status files in ``{jobs_dir}/run/{job id}``."""
+    jobs_store: str | None = None
+    """Where ``fetch`` jobs store pages (a directory or s3://bucket/prefix); unset: the bulk
+    fetcher's store (``[fetch] store``, AWS_STORAGE_BUCKET_NAME), else ``{jobs_dir}/store``."""
+    webhook_retry_base: Seconds = 10.0
+    """Seconds before a failed webhook delivery is tried again; doubled at each failure (at most
+    an hour), with jitter."""
+    webhook_give_up: Annotated[float, Field(gt=0, le=720, allow_inf_nan=False)] = 24.0
+    """Hours after an event when its undelivered webhook deliveries stop and are marked failed."""
 
     # -- the bulk fetcher ----------------------------------------------------------------------
     fetch: dict[str, Any] = Field(default_factory=dict)

@@ -12,11 +12,13 @@ from sqlalchemy.ext.asyncio import AsyncSession
 from scrapeflow.banking import (
     AccountRecord,
     AccountType,
+    MovementChanges,
     MovementRecord,
     SqlWriter,
+    movement_changes,
     movement_key,
 )
-from scrapeflow.banking._sync import MovementChanges, encode_cursor, movement_changes
+from scrapeflow.banking._sync import encode_cursor
 from scrapeflow.db import session_factory
 from scrapeflow.errors import InputError
 

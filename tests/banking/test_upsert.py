@@ -109,8 +109,7 @@ async def test_pending_that_posts_with_a_new_description_is_updated_not_doubled(
     account_id = (await upsert_accounts(session, access_id, accounts()))["A1"]
     if portable:  # the path MS SQL Server takes, exercised here on a real database
         rows = [
-            _row(account_id, m) | {"first_version": 1, "changed_version": 1}
-            for m in movements()
+            _row(account_id, m) | {"first_version": 1, "changed_version": 1} for m in movements()
         ]
         await upsert(
             session,

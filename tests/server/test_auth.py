@@ -19,12 +19,21 @@ ENDPOINTS = [
     ("GET", "/v1/customers/cust-1/status", "read", True),
     ("GET", "/v1/customers/cust-1/accounts", "read", True),
     ("GET", "/v1/customers/cust-1/movements", "read", True),
+    ("GET", "/v1/customers/cust-1/sync", "read", True),
     ("POST", "/v1/customers/cust-1/refresh", "refresh", True),
     ("GET", "/v1/jobs", "read", False),
     ("GET", "/v1/jobs/0000000000000000000000000000", "read", False),
-    ("POST", "/v1/jobs/0000000000000000000000000000/cancel", "refresh", False),
+    # a refresh needs 'refresh', any other job 'jobs': the row checks the 'jobs' side
+    ("POST", "/v1/jobs/0000000000000000000000000000/cancel", "jobs", False),
+    ("POST", "/v1/jobs", "jobs", False),
+    ("GET", "/v1/jobs/0000000000000000000000000000/results", "read", False),
     ("GET", "/v1/customers/cust-1/events", "read", True),
     ("GET", "/v1/jobs/0000000000000000000000000000/events", "read", False),
+    ("POST", "/v1/webhooks", "read", False),
+    ("GET", "/v1/webhooks", "read", False),
+    ("GET", "/v1/webhooks/wh_0000000000000000", "read", False),
+    ("DELETE", "/v1/webhooks/wh_0000000000000000", "read", False),
+    ("GET", "/v1/webhooks/wh_0000000000000000/deliveries", "read", False),
 ]
 
 
@@ -56,7 +65,8 @@ def test_the_table_covers_every_endpoint_of_the_api(service: Service) -> None:
             m,
             p.replace("cust-1", "{customer}")
             .replace("0" * 28, "{job_id}")
-            .replace("/accesses/1/", "/accesses/{access_id}/"),
+            .replace("/accesses/1/", "/accesses/{access_id}/")
+            .replace("wh_" + "0" * 16, "{webhook_id}"),
         )
         for m, p, _, _ in ENDPOINTS
     }

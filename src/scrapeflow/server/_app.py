@@ -1,5 +1,6 @@
-"""``create_app(settings)``: the service. Its lifespan opens the database (migrated), the job
-queue and the keys table; routes reach them through dependencies."""
+"""``create_app(settings)``: the service. Its lifespan opens the database (migrated), the keys,
+events and webhooks tables, the webhook courier and the job queue; routes reach them through
+dependencies."""
 
 from __future__ import annotations
 
@@ -9,6 +10,8 @@ from contextlib import asynccontextmanager
 from fastapi import FastAPI
 
 from scrapeflow.config import Settings
+from scrapeflow.server._limits import BodyLimit
+from scrapeflow.server._openapi import install_openapi
 from scrapeflow.server._problems import install_problem_handlers
 from scrapeflow.server._state import ServiceState
 
@@ -29,28 +32,37 @@ def create_app(settings: Settings) -> FastAPI:
         from scrapeflow.jobs import EmbeddedJobQueue, SqlJobStore
         from scrapeflow.server._events import EventLog
         from scrapeflow.server._keys import open_keys
+        from scrapeflow.server._webhooks import Courier, Webhooks
         from scrapeflow.server._work import job_kinds
 
         await migrate(settings.db_url)
         engine = create_engine(settings.db_url)
         try:
             await open_keys(engine)
-            events = EventLog(engine)
+            webhooks = Webhooks(engine)
+            await webhooks.open()
+            events = EventLog(engine, outbox=webhooks.enqueue)
             await events.open()
             store = SqlJobStore(settings.db_url, engine=engine)
-            async with EmbeddedJobQueue(
-                store,
-                job_kinds(settings, events),
-                concurrency=settings.job_concurrency,
-                heartbeat=settings.job_heartbeat,
-                on_change=events.job_changed,
-            ) as queue:
+            # The courier stops after the queue: the events of the queue's shutdown are queued
+            # for delivery like any (and sent at the next start if not now).
+            async with (
+                Courier(engine, settings, events),
+                EmbeddedJobQueue(
+                    store,
+                    job_kinds(settings, events),
+                    concurrency=settings.job_concurrency,
+                    heartbeat=settings.job_heartbeat,
+                    on_change=events.job_changed,
+                ) as queue,
+            ):
                 app.state.service = ServiceState(
                     settings=settings,
                     engine=engine,
                     sessions=session_factory(engine),
                     queue=queue,
                     events=events,
+                    webhooks=webhooks,
                 )
                 yield
         finally:
@@ -63,11 +75,15 @@ def create_app(settings: Settings) -> FastAPI:
         lifespan=lifespan,
     )
     install_problem_handlers(app)
-    from scrapeflow.server.routes import customers, events, jobs
+    app.add_middleware(BodyLimit, max_body=settings.api_max_body)
+    install_openapi(app)
+    from scrapeflow.server.routes import customers, events, jobs, sync, webhooks
 
     app.include_router(customers.router)
+    app.include_router(sync.router)
     app.include_router(jobs.router)
     app.include_router(events.router)
+    app.include_router(webhooks.router)
 
     @app.get("/healthz", tags=["operations"])
     async def healthz() -> dict[str, str]:

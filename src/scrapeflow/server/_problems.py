@@ -68,7 +68,9 @@ def install_problem_handlers(app: FastAPI) -> None:
 
     @app.exception_handler(StarletteHTTPException)
     async def _http(request: Request, exc: StarletteHTTPException) -> JSONResponse:
-        kind = {404: "not-found", 405: "method-not-allowed"}.get(exc.status_code, "http-error")
+        kind = {404: "not-found", 405: "method-not-allowed", 413: "body-too-large"}.get(
+            exc.status_code, "http-error"
+        )
         return problem_response(exc.status_code, kind, str(exc.detail), dict(exc.headers or {}))
 
     @app.exception_handler(ScrapeflowError)

@@ -6,13 +6,16 @@ from __future__ import annotations
 import base64
 import binascii
 import json
+import re
 from collections.abc import Awaitable, Callable
 from datetime import date
 from typing import TYPE_CHECKING, Annotated
 
 from fastapi import APIRouter, Depends, Query
 from fastapi.responses import JSONResponse
+from pydantic import BeforeValidator
 
+from scrapeflow.banking import BANK_OTP, BANK_REFRESH, otp_key, refresh_key
 from scrapeflow.jobs import ACTIVE_STATES, Job
 from scrapeflow.server._deps import State, caller_with, check_customer
 from scrapeflow.server._keys import ApiKey, Scope
@@ -29,7 +32,6 @@ from scrapeflow.server._schemas import (
     MovementPage,
     OneTimeCode,
 )
-from scrapeflow.server._work import BANK_OTP, BANK_REFRESH
 
 if TYPE_CHECKING:
     from scrapeflow.banking import AccessView, MovementView
@@ -45,12 +47,21 @@ __all__ = [
     "movements",
     "one_time_code",
     "refresh",
-    "refresh_key",
     "router",
     "status",
 ]
 
 router = APIRouter(prefix="/v1/customers", tags=["customers"])
+
+
+def _iso_date(value: object) -> object:
+    """Only ``YYYY-MM-DD`` is a date here (pydantic alone also takes ``0`` as 1970-01-01)."""
+    if isinstance(value, str) and not _ISO_DATE.fullmatch(value):
+        raise ValueError("a date is YYYY-MM-DD")
+    return value
+
+
+_ISO_DATE = re.compile(r"[0-9]{4}-[0-9]{2}-[0-9]{2}")
 Reader = Annotated[ApiKey, Depends(caller_with(Scope.READ))]
 Admin = Annotated[ApiKey, Depends(caller_with(Scope.ADMIN))]
 CustomerId = Annotated[str, "the customer's external id"]
@@ -78,10 +89,6 @@ def _for_customer(scope: Scope) -> Callable[..., Awaitable[ApiKey]]:
 CustomerReader = Annotated[ApiKey, Depends(_for_customer(Scope.READ))]
 CustomerRefresher = Annotated[ApiKey, Depends(_for_customer(Scope.REFRESH))]
 CustomerAdmin = Annotated[ApiKey, Depends(_for_customer(Scope.ADMIN))]
-
-
-def refresh_key(customer: str) -> str:
-    return f"{BANK_REFRESH}:{customer}"
 
 
 async def known_customer(state: State, customer: str) -> None:
@@ -187,7 +194,7 @@ async def one_time_code(
     job = await state.queue.submit(
         BANK_OTP,
         {"customer": customer, "access_id": access_id, "code_sealed": sealed},
-        dedupe_key=f"{BANK_OTP}:{access_id}",
+        dedupe_key=otp_key(access_id),
     )
     return JSONResponse(
         JobOut.of(job).model_dump(mode="json"),
@@ -272,8 +279,12 @@ async def movements(
     customer: CustomerId,
     state: State,
     key: CustomerReader,
-    since: Annotated[date | None, Query(description="operated on or after")] = None,
-    until: Annotated[date | None, Query(description="operated on or before")] = None,
+    since: Annotated[
+        date | None, BeforeValidator(_iso_date), Query(description="operated on or after")
+    ] = None,
+    until: Annotated[
+        date | None, BeforeValidator(_iso_date), Query(description="operated on or before")
+    ] = None,
     account: Annotated[list[str] | None, Query(description="bank ref or IBAN")] = None,
     limit: Annotated[int, Query(ge=1, le=1000)] = 200,
     cursor: Annotated[str | None, Query(max_length=512)] = None,
