@@ -30,9 +30,10 @@ def create_app(settings: Settings) -> FastAPI:
         from scrapeflow.banking import migrate
         from scrapeflow.db import create_engine, session_factory
         from scrapeflow.jobs import EmbeddedJobQueue, SqlJobStore
+        from scrapeflow.server._courier import Courier
         from scrapeflow.server._events import EventLog
         from scrapeflow.server._keys import open_keys
-        from scrapeflow.server._webhooks import Courier, Webhooks
+        from scrapeflow.server._webhooks import Webhooks
         from scrapeflow.server._work import job_kinds
 
         await migrate(settings.db_url)

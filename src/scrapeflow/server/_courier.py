@@ -1,0 +1,348 @@
+"""The webhook delivery loop: claims due deliveries of the outbox with a lease, POSTs each one
+signed, records the answer (``delivered`` on 2xx, else a retry with backoff until the give-up
+window closes, then ``failed``). The registry and the outbox are in ``_webhooks.py``."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import os
+import secrets
+import socket
+import time
+from dataclasses import dataclass
+from datetime import UTC, datetime, timedelta
+from types import TracebackType
+from typing import TYPE_CHECKING, Any
+
+import orjson
+from sqlalchemy import func, or_, select, update
+from sqlalchemy.ext.asyncio import AsyncEngine
+
+from scrapeflow._util.logs import get_logger
+from scrapeflow._util.redact import redact
+from scrapeflow.config import Settings
+from scrapeflow.errors import ScrapeflowError
+from scrapeflow.server._events import EventLog, events_table
+from scrapeflow.server._keys import keys_table
+from scrapeflow.server._webhooks import (
+    MAX_ERROR,
+    DeliveryState,
+    backoff,
+    deliveries_table,
+    idempotency_id,
+    sign,
+    webhooks_table,
+)
+
+if TYPE_CHECKING:
+    import aiohttp
+
+    from scrapeflow.banking import CredentialVault
+
+__all__ = ["Courier"]
+
+_log = get_logger(__name__)
+
+_TIMEOUT = 10.0
+"""Seconds a receiver has to answer one delivery."""
+_LEASE = timedelta(seconds=60)
+"""How long a claimed delivery is this process's alone: well past one send's timeout."""
+
+
+@dataclass(frozen=True, slots=True)
+class _Due:
+    """A claimed delivery, with what it takes to send it."""
+
+    row: int
+    webhook_id: str
+    event_id: int
+    attempts: int
+    event_at: datetime
+    url: str
+    secret_sealed: str
+    body: bytes
+
+
+class Courier:
+    """Sends the outbox: claims due deliveries (a lease each), POSTs them signed, records the
+    answer. Use as an async context manager; leaving it stops sending and frees the leases it
+    holds, so another process (or the next start) sends them.
+
+    >>> async with Courier(engine, settings, events):  # doctest: +SKIP
+    ...     ...  # deliveries go out while the service runs
+    """
+
+    def __init__(
+        self,
+        engine: AsyncEngine,
+        settings: Settings,
+        events: EventLog,
+        *,
+        concurrency: int = 8,
+        poll: float = 1.0,
+    ) -> None:
+        if concurrency < 1 or poll <= 0:
+            raise ValueError("concurrency and poll must be positive")
+        self.engine = engine
+        self.settings = settings
+        self.events = events
+        self.concurrency = concurrency
+        self.poll = poll
+        """How often to look for deliveries another process queued or let go."""
+        self.owner = f"{socket.gethostname()[:40]}:{os.getpid()}:{secrets.token_hex(4)}"
+        self._vault: CredentialVault | None = None
+        self._sending: set[asyncio.Task[None]] = set()
+        self._freed = asyncio.Event()
+        self._task: asyncio.Task[None] | None = None
+
+    async def __aenter__(self) -> Courier:
+        self._task = asyncio.create_task(self._run(), name="webhook-courier")
+        return self
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        traceback: TracebackType | None,
+    ) -> None:
+        if self._task is not None:
+            self._task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._task
+        # Sends cut short go back to the outbox at once, for the next process to pick up.
+        async with self.engine.begin() as connection:
+            await connection.execute(
+                update(deliveries_table)
+                .where(deliveries_table.c.lease_owner == self.owner)
+                .values(lease_owner=None, lease_until=None)
+            )
+
+    async def _run(self) -> None:
+        import aiohttp
+
+        timeout = aiohttp.ClientTimeout(total=_TIMEOUT)
+        connector = aiohttp.TCPConnector(limit=self.concurrency)
+        async with aiohttp.ClientSession(
+            timeout=timeout, connector=connector, headers={"User-Agent": "scrapeflow-webhooks/1"}
+        ) as session:
+            try:
+                while True:
+                    changed = self.events.next_change
+                    self._freed.clear()
+                    try:
+                        wait = await self._round(session)
+                    except Exception:  # the database hiccuped: log, wait, try again
+                        _log.exception("webhook outbox round failed")
+                        wait = self.poll
+                    if wait > 0:
+                        await _first(wait, changed, self._freed)
+            finally:
+                for task in self._sending:
+                    task.cancel()
+                await asyncio.gather(*self._sending, return_exceptions=True)
+
+    async def _round(self, session: aiohttp.ClientSession) -> float:
+        """Start sending what is due, as far as free slots go; the seconds until the next
+        delivery falls due (at most ``poll``)."""
+        free = self.concurrency - len(self._sending)
+        if free <= 0:
+            return self.poll  # woken when a send ends
+        for due in await self._claim(_now(), free):
+            task = asyncio.create_task(self._deliver(session, due))
+            self._sending.add(task)
+            task.add_done_callback(self._sent)
+        if len(self._sending) >= self.concurrency:
+            return self.poll
+        d = deliveries_table.c
+        now = _now()
+        async with self.engine.connect() as connection:
+            soonest: datetime | None = (
+                await connection.execute(
+                    select(func.min(d.next_attempt_at)).where(
+                        d.state == DeliveryState.PENDING.value,
+                        or_(d.lease_until.is_(None), d.lease_until < now),
+                    )
+                )
+            ).scalar()
+        if soonest is None:
+            return self.poll
+        return min(self.poll, max((soonest - now).total_seconds(), 0.0))
+
+    def _sent(self, task: asyncio.Task[None]) -> None:
+        self._sending.discard(task)
+        self._freed.set()
+        if not task.cancelled() and task.exception() is not None:
+            _log.error("webhook delivery crashed", error=repr(task.exception()))
+
+    async def _claim(self, now: datetime, limit: int) -> list[_Due]:
+        """Lease up to ``limit`` due deliveries: each is ours if the conditional update says
+        so (another process may win the same row)."""
+        d = deliveries_table.c
+        free = or_(d.lease_until.is_(None), d.lease_until < now)
+        won: list[int] = []
+        async with self.engine.begin() as connection:
+            candidates = (
+                await connection.execute(
+                    select(d.id)
+                    .where(d.state == DeliveryState.PENDING.value, d.next_attempt_at <= now, free)
+                    .order_by(d.next_attempt_at, d.id)
+                    .limit(limit)
+                )
+            ).scalars()
+            for row in list(candidates):
+                done = await connection.execute(
+                    update(deliveries_table)
+                    .where(d.id == row, d.state == DeliveryState.PENDING.value, free)
+                    .values(lease_owner=self.owner, lease_until=now + _LEASE)
+                )
+                if done.rowcount == 1:
+                    won.append(row)
+            if not won:
+                return []
+            w, e, k = webhooks_table.c, events_table.c, keys_table.c
+            rows = (
+                await connection.execute(
+                    select(
+                        d.id,
+                        d.webhook_id,
+                        d.event_id,
+                        d.attempts,
+                        d.event_at,
+                        w.url,
+                        w.secret_sealed,
+                        k.revoked,
+                        e.kind,
+                        e.customer,
+                        e.job_id,
+                        e.data,
+                        e.at,
+                    )
+                    .join(webhooks_table, w.id == d.webhook_id)
+                    .join(events_table, e.id == d.event_id)
+                    .join(keys_table, k.id == w.key_id)
+                    .where(d.id.in_(won))
+                )
+            ).all()
+            dead = set(won) - {r.id for r in rows if not r.revoked}
+            if dead:  # the event, the webhook or its key is gone: nobody to send it to
+                await connection.execute(
+                    update(deliveries_table)
+                    .where(d.id.in_(dead))
+                    .values(
+                        state=DeliveryState.FAILED.value,
+                        next_attempt_at=None,
+                        lease_owner=None,
+                        lease_until=None,
+                        last_error="the webhook's API key was revoked, or the event is gone",
+                    )
+                )
+        return [
+            _Due(
+                row=r.id,
+                webhook_id=r.webhook_id,
+                event_id=r.event_id,
+                attempts=r.attempts,
+                event_at=r.event_at,
+                url=r.url,
+                secret_sealed=r.secret_sealed,
+                body=orjson.dumps(
+                    {
+                        "id": idempotency_id(r.webhook_id, r.event_id),
+                        "kind": r.kind,
+                        "created": r.at.isoformat(),
+                        "customer": r.customer,
+                        "job_id": r.job_id,
+                        "data": r.data or {},
+                    }
+                ),
+            )
+            for r in rows
+            if r.id not in dead
+        ]
+
+    def _secret(self, due: _Due) -> str:
+        from scrapeflow.banking import CredentialVault
+
+        if self._vault is None:
+            self._vault = CredentialVault.from_settings(self.settings)
+        return self._vault.decrypt(due.secret_sealed.encode())
+
+    async def _deliver(self, session: aiohttp.ClientSession, due: _Due) -> None:
+        """One attempt: POST, then record what came of it."""
+        import aiohttp
+
+        status: int | None = None
+        error: str | None = None
+        try:
+            secret = self._secret(due)
+        except ScrapeflowError:  # no vault key, or not the one that sealed it
+            error = "cannot open the signing secret: the service's vault keys changed"
+        else:
+            stamp = int(time.time())
+            headers = {
+                "Content-Type": "application/json",
+                "Scrapeflow-Signature": sign(secret, stamp, due.body),
+                "Scrapeflow-Event-Id": idempotency_id(due.webhook_id, due.event_id),
+                "Idempotency-Key": idempotency_id(due.webhook_id, due.event_id),
+            }
+            try:
+                async with session.post(
+                    due.url, data=due.body, headers=headers, allow_redirects=False
+                ) as response:
+                    status = response.status
+            except TimeoutError:
+                error = f"no answer within {_TIMEOUT:g} s"
+            except (aiohttp.ClientError, OSError, ValueError) as exc:
+                error = redact(f"{type(exc).__name__}: {exc}")[:MAX_ERROR]
+        await self._record(due, status=status, error=error)
+
+    async def _record(self, due: _Due, *, status: int | None, error: str | None) -> None:
+        now = _now()
+        attempts = due.attempts + 1
+        delivered = status is not None and 200 <= status < 300
+        values: dict[str, Any] = {
+            "attempts": attempts,
+            "last_status": status,
+            "last_error": None if delivered else error or f"HTTP {status}",
+            "lease_owner": None,
+            "lease_until": None,
+        }
+        later = now + timedelta(seconds=backoff(attempts, self.settings.webhook_retry_base))
+        if delivered:
+            values |= {"state": DeliveryState.DELIVERED.value, "delivered_at": now}
+            values["next_attempt_at"] = None
+        elif later > due.event_at + timedelta(hours=self.settings.webhook_give_up):
+            values |= {"state": DeliveryState.FAILED.value, "next_attempt_at": None}
+        else:
+            values["next_attempt_at"] = later
+        d = deliveries_table.c
+        async with self.engine.begin() as connection:
+            await connection.execute(
+                update(deliveries_table)
+                .where(d.id == due.row, d.lease_owner == self.owner)
+                .values(**values)
+            )
+        _log.info(
+            "webhook delivery",
+            webhook=due.webhook_id,
+            event_id=due.event_id,
+            attempt=attempts,
+            status=status,
+            error=values["last_error"],
+            state=values.get("state", DeliveryState.PENDING.value),
+        )
+
+
+async def _first(seconds: float, *signals: asyncio.Event) -> None:
+    """Wait until one of ``signals`` is set, or ``seconds`` pass."""
+    waiters = [asyncio.ensure_future(signal.wait()) for signal in signals]
+    try:
+        await asyncio.wait(waiters, timeout=seconds, return_when=asyncio.FIRST_COMPLETED)
+    finally:
+        for waiter in waiters:
+            waiter.cancel()
+
+
+def _now() -> datetime:
+    return datetime.now(UTC)
