@@ -60,6 +60,15 @@ def test_a_customer_added_through_the_api_is_refreshed_and_resumed_with_its_code
         [result] = ended["result"]["accesses"]
         assert result["result"] == "two_factor_required"
 
+        # A code given while a refresh of the customer is under way is refused, not queued.
+        again = client.post("/v1/customers/ana/refresh").json()
+        busy = client.post(f"/v1/customers/ana/accesses/{access_id}/otp", json={"code": "123456"})
+        assert busy.status_code == 409, busy.text
+        assert busy.json()["type"] == "refresh-in-progress"
+        assert wait_job(client, again["id"])["result"]["accesses"][0]["result"] == (
+            "two_factor_required"
+        )
+
         async def code() -> str:
             async with SandboxAdmin.from_sandbox(sandbox) as admin:
                 return await admin.otp("legacybank", two_factor["username"])

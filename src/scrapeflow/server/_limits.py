@@ -73,7 +73,8 @@ class BodyLimit:
     @staticmethod
     async def _refuse(send: Send, status: int, type: str, detail: str) -> None:
         body = json.dumps(
-            {"type": type, "title": type.replace("-", " "), "status": status, "detail": detail}
+            {"type": type, "title": type.replace("-", " "), "status": status, "detail": detail},
+            separators=(",", ":"),  # as every other answer of the service
         ).encode()
         await send(
             {

@@ -37,7 +37,7 @@ _WHY = {
     "403": "The key lacks the scope, or may not touch this customer.",
     "404": "No such customer, access, job or webhook (or not visible to this key).",
     "405": "The path does not take this method.",
-    "409": "It exists already.",
+    "409": "It exists already, or a refresh of the customer is under way.",
     "413": "The body is over the service's limit.",
     "422": "A parameter or the body is invalid.",
     "429": "Too many failed authentications from this address.",
@@ -51,7 +51,10 @@ def _errors_of(path: str, method: str, operation: dict[str, Any]) -> list[str]:
         statuses.append("404")
     if "requestBody" in operation:
         statuses += ["400", "413"]
-    if method == "post" and path == "/v1/customers":
+    if method == "post" and path in (
+        "/v1/customers",
+        "/v1/customers/{customer}/accesses/{access_id}/otp",
+    ):
         statuses.append("409")
     return sorted(statuses)
 

@@ -185,11 +185,21 @@ async def one_time_code(
     key: CustomerRefresher,
 ) -> JSONResponse:
     """Give the one-time code the bank sent (an access that ended ``two_factor_required``):
-    202 with the job that resumes that access's scrape."""
-    from scrapeflow.banking import CredentialVault, accesses_of
+    202 with the job that resumes that access's scrape; 409 while a refresh of the customer is
+    queued or running (give the code once it has ended)."""
+    from scrapeflow.banking import CredentialVault, ScrapeState, accesses_of
 
-    if access_id not in {a.access_id for a in await accesses_of(state.sessions, customer)}:
+    access = next(
+        (a for a in await accesses_of(state.sessions, customer) if a.access_id == access_id), None
+    )
+    if access is None:
         raise Problem(404, "access-not-found", f"customer {customer!r} has no access {access_id}")
+    if access.state is ScrapeState.IN_PROGRESS or await _active_refresh(state, customer):
+        raise Problem(
+            409,
+            "refresh-in-progress",
+            f"a refresh of customer {customer!r} is under way: give the code once it has ended",
+        )
     sealed = CredentialVault.from_settings(state.settings).encrypt(body.code).decode()
     job = await state.queue.submit(
         BANK_OTP,
