@@ -33,6 +33,7 @@ def create_app(settings: Settings) -> FastAPI:
         from scrapeflow.server._courier import Courier
         from scrapeflow.server._events import EventLog
         from scrapeflow.server._keys import open_keys
+        from scrapeflow.server._watch import ServiceWatchdog
         from scrapeflow.server._webhooks import Webhooks
         from scrapeflow.server._work import job_kinds
 
@@ -57,15 +58,17 @@ def create_app(settings: Settings) -> FastAPI:
                     on_change=events.job_changed,
                 ) as queue,
             ):
+                sessions = session_factory(engine)
                 app.state.service = ServiceState(
                     settings=settings,
                     engine=engine,
-                    sessions=session_factory(engine),
+                    sessions=sessions,
                     queue=queue,
                     events=events,
                     webhooks=webhooks,
                 )
-                yield
+                async with ServiceWatchdog(queue, sessions, settings):
+                    yield
         finally:
             await engine.dispose()
 
