@@ -60,10 +60,13 @@ __all__ = [
     "MovementOut",
     "MovementPage",
     "OneTimeCode",
+    "RemovedOut",
     "RunJobIn",
     "RunJobParamsIn",
     "RunTaskIn",
     "RunTaskOut",
+    "SyncMovementOut",
+    "SyncPage",
 ]
 
 
@@ -391,3 +394,29 @@ class JobResults(BaseModel):
     """Per item, in the job's order: URLs (``fetch``), tasks (``run``), accesses (bank jobs)."""
     next_cursor: str | None
     """Pass as ``cursor`` for the next page; null at the end."""
+
+
+class SyncMovementOut(MovementOut):
+    access_id: int
+    """With ``account_ref`` and ``key``, the movement's identity."""
+
+
+class RemovedOut(BaseModel):
+    access_id: int
+    bank: str
+    account_ref: str
+    account: str
+    key: str
+
+
+class SyncPage(BaseModel):
+    added: list[SyncMovementOut]
+    """Movements stored since the cursor, as they are now."""
+    modified: list[SyncMovementOut]
+    """Movements the client has that changed since (a pending one that posted)."""
+    removed: list[RemovedOut]
+    """Movements the client has that the bank no longer lists (a withdrawn authorisation)."""
+    next_cursor: str
+    """Keep it, and pass it as ``cursor`` next time."""
+    has_more: bool
+    """More changes wait: ask again with ``next_cursor`` now."""

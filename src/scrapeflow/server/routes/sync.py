@@ -3,57 +3,18 @@ client's cursor (Plaid's ``/transactions/sync`` shape), so a client never downlo
 
 from __future__ import annotations
 
-from datetime import date
-from decimal import Decimal
 from typing import Annotated
 
 from fastapi import APIRouter, Query
-from pydantic import BaseModel
 
 from scrapeflow.server._deps import State
 from scrapeflow.server._problems import Problem
+from scrapeflow.server._schemas import RemovedOut, SyncMovementOut, SyncPage
 from scrapeflow.server.routes.customers import CustomerId, CustomerReader
 
-__all__ = ["RemovedOut", "SyncMovementOut", "SyncPage", "router", "sync"]
+__all__ = ["router", "sync"]
 
 router = APIRouter(prefix="/v1/customers", tags=["customers"])
-
-
-class SyncMovementOut(BaseModel):
-    access_id: int
-    bank: str
-    account_ref: str
-    account: str
-    key: str
-    """With ``access_id`` and ``account_ref``, the movement's identity."""
-    operation_date: date
-    value_date: date
-    amount: Decimal
-    currency: str
-    description: str
-    pending: bool
-    balance_after: Decimal | None
-
-
-class RemovedOut(BaseModel):
-    access_id: int
-    bank: str
-    account_ref: str
-    account: str
-    key: str
-
-
-class SyncPage(BaseModel):
-    added: list[SyncMovementOut]
-    """Movements stored since the cursor, as they are now."""
-    modified: list[SyncMovementOut]
-    """Movements the client has that changed since (a pending one that posted)."""
-    removed: list[RemovedOut]
-    """Movements the client has that the bank no longer lists (a withdrawn authorisation)."""
-    next_cursor: str
-    """Keep it, and pass it as ``cursor`` next time."""
-    has_more: bool
-    """More changes wait: ask again with ``next_cursor`` now."""
 
 
 @router.get("/{customer}/sync", response_model=SyncPage)
