@@ -25,6 +25,11 @@ is described) — goes through the write queue. While it holds accesses (queued 
 launcher stamps their ``heartbeat_at`` (and its customers') every ``heartbeat`` seconds, and its
 claims store that interval: the watchdog resets only rows whose heartbeat stopped for three
 intervals, so a long queue is never mistaken for a dead launch.
+
+A stop (a cancelled job, Ctrl-C) leaves nothing claimed wherever it lands: each access whose
+scraper ran, or was stopped before it began, ends ``timeout`` ("the launch was stopped") and
+the customer is marked; a claim still being written when the stop lands is left to land and
+is then given back. What the scrapers had stored stays.
 """
 
 from __future__ import annotations
@@ -36,7 +41,7 @@ import secrets
 import time
 import traceback
 from collections.abc import Awaitable, Callable, Iterable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import UTC, date, datetime
 from functools import partial
 from pathlib import Path
@@ -95,6 +100,7 @@ __all__ = ["Launcher"]
 _log = get_logger(__name__)
 T = TypeVar("T")
 Today = Callable[[], date | Awaitable[date]]
+_STOPPED = "the launch was stopped"
 
 
 @dataclass(frozen=True, slots=True)
@@ -110,6 +116,9 @@ class _Launch:
     """The day the launch reads movements up to (the incremental window's end)."""
     otp: Mapping[int, str]
     """One-time codes by access id."""
+    begun: set[int] = field(default_factory=set)
+    """Ids of the claimed accesses whose scraper task began: each stores its own end. One whose
+    task was cancelled before it began never runs a line of it, so the launch ends it."""
 
     @classmethod
     def open(cls, log_dir: Path | None, customer_id: int, external_id: str, **rest: Any) -> _Launch:
@@ -171,6 +180,7 @@ class Launcher:
         self._held: set[int] = set()  # accesses this launcher holds, queued or running
         self._held_customers: set[int] = set()  # customers it is refreshing
         self._heartbeat: asyncio.Task[None] | None = None
+        self._giving_back: set[asyncio.Task[None]] = set()  # claims of stopped launches
 
     # -- lifecycle -------------------------------------------------------------------------
 
@@ -194,6 +204,8 @@ class Launcher:
         exc: BaseException | None,
         tb: TracebackType | None,
     ) -> None:
+        if self._giving_back:  # they write through the queue: before it closes
+            await asyncio.gather(*self._giving_back, return_exceptions=True)
         if self._heartbeat is not None:
             self._heartbeat.cancel()
             with contextlib.suppress(asyncio.CancelledError):
@@ -293,7 +305,9 @@ class Launcher:
         )
         report = LaunchReport(launch.id, customer_id, external_id, log_file=launch.log.path)
         try:
-            claims = await self._write(partial(self._claim, customer_id))
+            claims = await self._claim_or_give_back(
+                partial(self._claim, customer_id), partial(self._give_back, customer_id)
+            )
         except BaseException:
             launch.log.close()
             raise
@@ -315,10 +329,12 @@ class Launcher:
             )
         finally:
             self._held.difference_update(j.access_id for j in jobs)
+            stranded = [job for job in jobs if job.access_id not in launch.begun]
             try:
-                # Shielded: a stop (Ctrl-C) still marks the customer; a second stop while
-                # that write runs leaves it to the watchdog, but the log is closed anyway.
-                await asyncio.shield(self._finish_customer(customer_id))
+                # Shielded: a stop (Ctrl-C, a cancelled job) still ends each access it stopped
+                # before its scraper began and marks the customer; a second stop while that
+                # write runs leaves it to the watchdog, but the log is closed anyway.
+                await asyncio.shield(self._finish_stopped(customer_id, stranded, launch))
             finally:
                 self._held_customers.discard(customer_id)
                 report.seconds = time.monotonic() - started
@@ -339,6 +355,51 @@ class Launcher:
         await claim_customer(session, customer_id, heartbeat=heartbeat)
         return await claim_accesses(session, customer_id, heartbeat=heartbeat)
 
+    async def _give_back(
+        self, customer_id: int, session: AsyncSession, claims: AccessClaims
+    ) -> None:
+        """Undo the claim of a launch stopped before it could use it."""
+        for job in claims.claimed:
+            await finish_access(session, job.access_id, ResultCode.TIMEOUT, detail=_STOPPED)
+        await finish_customer(session, customer_id)
+
+    async def _claim_or_give_back(
+        self,
+        claim: Callable[[AsyncSession], Awaitable[T]],
+        give_back: Callable[[AsyncSession, T], Awaitable[None]],
+    ) -> T:
+        """Write ``claim`` through the write queue; what it took, or its refusal.
+
+        A stop (a cancelled job) that lands while the claim is queued or being written does not
+        wait for it. The claim may still land — the writer may be committing it, and nothing
+        tells which — so it is left to run, and what it took is given back once it has: a
+        stopped launch leaves nothing claimed.
+        """
+        claiming = asyncio.ensure_future(self._write(claim))
+        try:
+            return await asyncio.shield(claiming)
+        except asyncio.CancelledError:
+            task = asyncio.create_task(
+                self._give_back_when_landed(claiming, give_back), name="launcher-give-back"
+            )
+            self._giving_back.add(task)
+            task.add_done_callback(self._giving_back.discard)
+            raise
+
+    async def _give_back_when_landed(
+        self,
+        claiming: asyncio.Future[T],
+        give_back: Callable[[AsyncSession, T], Awaitable[None]],
+    ) -> None:
+        try:
+            taken = await claiming
+        except Exception:  # refused or failed: it took nothing
+            return
+        try:
+            await self._write(lambda session: give_back(session, taken))
+        except Exception as exc:  # the watchdog will free it
+            _log.error("could not give back a stopped launch's claim", error=repr(exc))
+
     async def scrape_access(self, access_id: int, *, otp: str | None = None) -> AccessReport:
         """Scrape one access alone (the seed's test launchers; resuming a two-factor login).
 
@@ -357,9 +418,14 @@ class Launcher:
         otps = {access_id: otp} if otp else {}
         launch = _Launch.open(self.log_dir, *owner, started=started, today=today, otp=otps)
         heartbeat = self.limits.heartbeat
+
+        async def give_back(session: AsyncSession, taken: ClaimedAccess | None) -> None:
+            if taken is not None:
+                await finish_access(session, access_id, ResultCode.TIMEOUT, detail=_STOPPED)
+
         try:
-            job = await self._write(
-                lambda session: claim_access(session, access_id, heartbeat=heartbeat)
+            job = await self._claim_or_give_back(
+                lambda session: claim_access(session, access_id, heartbeat=heartbeat), give_back
             )
             if job is None:
                 raise RefreshInProgress(f"access {access_id} is already being scraped")
@@ -428,6 +494,7 @@ class Launcher:
             ),
         )
         sink.started = launch.started
+        launch.begun.add(job.access_id)  # from here its end is stored below, whatever happens
         try:
             # The bank's slot first: waiting for a busy bank must not hold an overall slot.
             async with self._bank_slot(job.bank), self._overall:
@@ -438,7 +505,7 @@ class Launcher:
                     await scraper.main()
             report.code = ResultCode.SUCCESS
         except asyncio.CancelledError:
-            report.code, report.detail = ResultCode.TIMEOUT, "the launch was stopped"
+            report.code, report.detail = ResultCode.TIMEOUT, _STOPPED
             raise
         except Exception as exc:
             report.code, report.detail = result_for(exc)
@@ -537,6 +604,16 @@ class Launcher:
             seconds=round(report.seconds, 3),
             balances_seconds=report.balances_seconds,
         )
+
+    async def _finish_stopped(
+        self, customer_id: int, stranded: list[ClaimedAccess], launch: _Launch
+    ) -> None:
+        """End a launch: each access in ``stranded`` (claimed, but stopped before its scraper
+        began) as stopped, then the customer."""
+        for job in stranded:
+            stopped = AccessReport(job.access_id, job.bank, ResultCode.TIMEOUT, _STOPPED)
+            await self._finish_access(job, stopped, None, launch)
+        await self._finish_customer(customer_id)
 
     async def _finish_customer(self, customer_id: int) -> None:
         try:
