@@ -2,8 +2,9 @@
 
 * ``plain_site``, ``slow_site``: the sandbox plain site, served from a thread;
 * ``sandbox``: the whole sandbox (plain site, feed, three banks);
-* ``s3_endpoint`` (moto's S3 server, one per session), ``target`` / ``s3_target`` (a store on
-  local disk or in a fresh bucket) and ``aws_sandbox`` (no AWS settings from the machine);
+* ``s3_endpoint`` (moto's S3 server, one per session, with S3's atomic conditional writes),
+  ``target`` / ``s3_target`` (a store on local disk or in a fresh bucket) and ``aws_sandbox``
+  (no AWS settings from the machine);
 * ``redis_stream``: the machine's Redis.
 
 A server that must be on the machine (Redis, PostgreSQL, tinyproxy) and is not: the test is
@@ -14,14 +15,20 @@ from __future__ import annotations
 
 import logging
 import os
-from collections.abc import Iterator
+import threading
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import NoReturn
+from typing import Any, NoReturn
 
 import pytest
 import redis
-from moto.server import ThreadedMotoServer
+from moto.moto_server.werkzeug_app import (
+    DomainDispatcherApplication,
+    MotoRequestHandler,
+    create_backend_app,
+)
+from werkzeug.serving import make_server
 
 from scrapeflow.sandbox import PlainSite, Sandbox, SandboxConfig, SiteConfig, serve_in_thread
 from tests._s3 import Target, local_target, make_s3_target
@@ -90,17 +97,42 @@ def aws_sandbox(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
     monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
 
 
+class _AtomicConditionalWrites:
+    """A WSGI wrapper that runs moto's conditional PUTs one at a time.
+
+    moto checks ``If-None-Match: *`` / ``If-Match`` and then writes, and its threaded server
+    lets another request run in between: two writers of one key could both be told "created"
+    (the fetcher then counts a duplicate as stored), which S3 never does. Under load, as with
+    one pytest-xdist worker per core, that happened. One lock makes check and write one step.
+    """
+
+    def __init__(self, app: Callable[..., Iterable[bytes]]) -> None:
+        self._app = app
+        self._lock = threading.Lock()
+
+    def __call__(self, environ: dict[str, Any], start_response: Any) -> Iterable[bytes]:
+        conditional = "HTTP_IF_NONE_MATCH" in environ or "HTTP_IF_MATCH" in environ
+        if environ.get("REQUEST_METHOD") != "PUT" or not conditional:
+            return self._app(environ, start_response)
+        with self._lock:
+            return list(self._app(environ, start_response))  # the whole response, locked
+
+
 @pytest.fixture(scope="session")
 def s3_endpoint() -> Iterator[str]:
     """moto's S3 server on 127.0.0.1, a free port, for the whole session. Nothing reaches AWS."""
     logging.getLogger("werkzeug").setLevel(logging.WARNING)
-    server = ThreadedMotoServer(ip_address="127.0.0.1", port=0, verbose=False)
-    server.start()
-    host, port = server.get_host_and_port()
-    yield f"http://{host}:{port}"
-    server.stop()
-    if server._server is not None:
-        server._server.server_close()
+    app = _AtomicConditionalWrites(DomainDispatcherApplication(create_backend_app))
+    server = make_server("127.0.0.1", 0, app, threaded=True, request_handler=MotoRequestHandler)
+    thread = threading.Thread(target=server.serve_forever, name="moto-s3", daemon=True)
+    thread.start()
+    host, port = server.server_address[:2]
+    try:
+        yield f"http://{host}:{port}"
+    finally:
+        server.shutdown()
+        thread.join()
+        server.server_close()
 
 
 @pytest.fixture(params=["local", "s3"])
