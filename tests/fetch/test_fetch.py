@@ -9,6 +9,7 @@ import json
 import os
 import subprocess
 import sys
+import uuid
 from pathlib import Path
 
 import pytest
@@ -146,8 +147,10 @@ def test_a_body_cut_by_a_dropped_connection_is_never_stored(tmp_path: Path) -> N
 
 
 async def test_stored_items_are_pushed_to_redis(site: str, tmp_path: Path, redis_stream) -> None:
-    stream = "scrapeflow:pushtest:fetched"
-    redis_stream.delete(stream)
+    # The machine's Redis is shared with other test processes (xdist workers, other checkouts):
+    # a program of this test's own gives it a stream no one else writes to.
+    program = f"pushtest-{uuid.uuid4().hex[:12]}"
+    stream = f"scrapeflow:{program}:fetched"
     listing = write_list(
         tmp_path / "urls.jsonl",
         [
@@ -158,19 +161,21 @@ async def test_stored_items_are_pushed_to_redis(site: str, tmp_path: Path, redis
     settings = FetchSettings.resolve(
         {
             "store": str(tmp_path / "s"),
-            "program": "pushtest",
+            "program": program,
             "fetch_id": "7",
             "max_cpus": 1,
             "redis_url": REDIS_URL,
         }
     )
-    await asyncio.to_thread(fetch, settings, listing)
-    entries = redis_stream.xrange(stream)
-    redis_stream.delete(stream)
+    try:
+        await asyncio.to_thread(fetch, settings, listing)
+        entries = redis_stream.xrange(stream)
+    finally:
+        redis_stream.delete(stream)
     assert len(entries) == 5
     fields = {k.decode(): v.decode() for k, v in entries[0][1].items()}
     assert fields["processor"] == "Pubmed_XML"
-    assert fields["location"].endswith(f"pushtest/sha384_content/{fields['checksum']}")
+    assert fields["location"].endswith(f"{program}/sha384_content/{fields['checksum']}")
     assert json.loads(fields["meta"]) == {"n": int(fields["requested_url"].rsplit("/", 1)[1])}
 
 
