@@ -7,9 +7,12 @@
 
 Copying a database is quicker than migrating one, so each pytest process migrates one template
 per backend, once: a SQLite file that each test gets a copy of, and a PostgreSQL database marked
-as a template that each test gets a clone of (``CREATE DATABASE ... TEMPLATE``). The names
-carry the process id and a random part, so concurrent runs on one server do not collide; a
-test's database is dropped after it, the template at the end of the session.
+as a template that each test gets a clone of (``CREATE DATABASE ... TEMPLATE``). Under
+pytest-xdist each worker is such a process and migrates templates of its own: one migration per
+worker costs less than a template shared between workers would (a lock, and a last worker to
+drop it). The names carry the xdist worker (``gw0``…, else ``main``), the process id and a
+random part, so workers and concurrent runs on one server do not collide; a test's database is
+dropped after it, the template at the end of the session.
 
 PostgreSQL is found at ``SCRAPEFLOW_TEST_PG`` (default ``postgresql://postgres@127.0.0.1:5432/test``,
 a role that may create databases). When the server is unreachable the PostgreSQL half is
@@ -47,8 +50,10 @@ _PG_SETTING = make_url(
 _PG_ADMIN_DSN = _PG_SETTING.set(drivername="postgresql").render_as_string(hide_password=False)
 _PG_SHOWN = _PG_SETTING.render_as_string(hide_password=True)
 
-# This process's database names: the template is f"{_RUN}_tpl", the tests' f"{_RUN}_{n}".
-_RUN = f"sf_test_{os.getpid()}_{secrets.token_hex(4)}"
+# This process's database names: the template is f"{_RUN}_tpl", the tests' f"{_RUN}_{n}". The
+# worker's name tells, in a server's list of databases, which worker of a run left one behind.
+_WORKER = os.environ.get("PYTEST_XDIST_WORKER", "main")
+_RUN = f"sf_test_{_WORKER}_{os.getpid()}_{secrets.token_hex(4)}"
 _serial = itertools.count(1)
 
 _BACKENDS = ["sqlite", "postgresql"]
