@@ -75,6 +75,9 @@ async def test_a_refresh_the_service_runs_is_joined_not_run_twice(
             BANK_REFRESH, {"customer": "cust-7"}, dedupe_key=refresh_key("cust-7")
         )
         await until_running(service, job.id)
+        # From here every request takes over a second: the launch outlasts the command's
+        # start-up even on a loaded machine (it finished first once, at 150-250 ms).
+        slow_banks(sandbox, (1_000.0, 1_500.0))
         command = await asyncio.create_subprocess_exec(
             *cli.argv("refresh", "cust-7"),
             env=cli.env,
