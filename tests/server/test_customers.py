@@ -61,8 +61,11 @@ def test_a_customer_added_through_the_api_is_refreshed_and_resumed_with_its_code
         assert result["result"] == "two_factor_required"
 
         # A code given while a refresh of the customer is under way is refused, not queued.
+        # The bank is slowed so that the refresh is surely still running at the second call.
+        sandbox.sites["legacybank"].guard.latency_ms = (1_000.0, 1_200.0)
         again = client.post("/v1/customers/ana/refresh").json()
         busy = client.post(f"/v1/customers/ana/accesses/{access_id}/otp", json={"code": "123456"})
+        sandbox.sites["legacybank"].guard.latency_ms = (0.0, 2.0)
         assert busy.status_code == 409, busy.text
         assert busy.json()["type"] == "refresh-in-progress"
         assert wait_job(client, again["id"])["result"]["accesses"][0]["result"] == (
