@@ -84,6 +84,8 @@ def test_a_customer_added_through_the_api_is_refreshed_and_resumed_with_its_code
         resumed = client.post(f"/v1/customers/ana/accesses/{access_id}/otp", json={"code": sms})
         assert resumed.status_code == 202
         assert sms not in resumed.text  # the code is sealed in the job, never shown
+        assert "sealed" not in resumed.text  # nor its sealed form
+        assert "sealed" not in client.get(f"/v1/jobs/{resumed.json()['id']}").text
         done = wait_job(client, resumed.json()["id"])
         assert done["state"] == "succeeded", done
         assert done["result"]["result"] == "success"

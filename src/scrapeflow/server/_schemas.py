@@ -74,6 +74,7 @@ class JobOut(BaseModel):
     id: str
     kind: str
     params: dict[str, Any]
+    """What the job was given; a sealed secret (``*_sealed``, a one-time code) is left out."""
     state: str
     progress: dict[str, int]
     result: dict[str, Any] | None
@@ -89,7 +90,7 @@ class JobOut(BaseModel):
         return cls(
             id=job.id,
             kind=job.kind,
-            params=job.params,
+            params={k: v for k, v in job.params.items() if not k.endswith("_sealed")},
             state=job.state.value,
             progress=job.progress,
             result=job.result,
