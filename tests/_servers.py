@@ -160,3 +160,32 @@ def redis_stream() -> Iterator[redis.Redis]:
         unavailable("Redis is not running on 127.0.0.1:6379")
     yield client
     client.close()
+
+
+async def add_sandbox_customers(
+    sandbox: Sandbox,
+    db_url: str,
+    vault_key: str,
+    numbers: Iterable[int],
+    banks: Iterable[str] = ("formbank", "apibank", "legacybank"),
+) -> None:
+    """Customers ``cust-N`` (of a migrated database), each with an access at each of ``banks``
+    holding the sandbox's credentials for its customer N, sealed with ``vault_key``."""
+    from scrapeflow.banking import CredentialVault, add_access, add_customer
+    from scrapeflow.db import create_engine, session_factory
+    from scrapeflow.sandbox import SandboxAdmin
+
+    vault = CredentialVault([vault_key])
+    engine = create_engine(db_url)
+    try:
+        sessions = session_factory(engine)
+        async with SandboxAdmin.from_sandbox(sandbox) as admin:
+            for n in numbers:
+                await add_customer(sessions, f"cust-{n}", f"Customer {n}")
+                for bank in banks:
+                    login = await admin.customer(bank, n)
+                    await add_access(
+                        sessions, vault, f"cust-{n}", bank, login["username"], login["password"]
+                    )
+    finally:
+        await engine.dispose()

@@ -22,7 +22,6 @@ from scrapeflow.banking import (
     FinancialEntity,
     ResultCode,
     ScrapeState,
-    add_access,
     add_customer,
     bank_job_kinds,
     refresh_key,
@@ -33,7 +32,8 @@ from scrapeflow.config import Settings
 from scrapeflow.db import create_engine, session_factory
 from scrapeflow.errors import ConfigError
 from scrapeflow.jobs import EmbeddedJobQueue, JobContext, JobState, SqlJobStore
-from scrapeflow.sandbox import Sandbox, SandboxAdmin
+from scrapeflow.sandbox import Sandbox
+from tests._servers import add_sandbox_customers
 
 KEY = CredentialVault.generate_key()
 
@@ -58,21 +58,7 @@ def settings(
 async def add_customers(
     sandbox: Sandbox, db_url: str, numbers: list[int], banks: tuple[str, ...]
 ) -> None:
-    """Customers ``cust-N``, each with an access at each of ``banks`` (the sandbox's logins)."""
-    vault = CredentialVault([KEY])
-    engine = create_engine(db_url)
-    try:
-        sessions = session_factory(engine)
-        async with SandboxAdmin.from_sandbox(sandbox) as admin:
-            for n in numbers:
-                await add_customer(sessions, f"cust-{n}", f"Customer {n}")
-                for bank in banks:
-                    login = await admin.customer(bank, n)
-                    await add_access(
-                        sessions, vault, f"cust-{n}", bank, login["username"], login["password"]
-                    )
-    finally:
-        await engine.dispose()
+    await add_sandbox_customers(sandbox, db_url, KEY, numbers, banks)
 
 
 def bank_queue(

@@ -15,10 +15,11 @@ from pathlib import Path
 import httpx
 import pytest
 
-from scrapeflow.banking import CredentialVault, add_access, add_customer, migrate
-from scrapeflow.db import create_engine, session_factory
-from scrapeflow.sandbox import Sandbox, SandboxAdmin
+from scrapeflow.banking import CredentialVault, migrate
+from scrapeflow.db import create_engine
+from scrapeflow.sandbox import Sandbox
 from scrapeflow.server import create_key
+from tests._servers import add_sandbox_customers
 
 BANKS = ("formbank", "apibank", "legacybank")
 
@@ -85,20 +86,7 @@ def stop_service(process: subprocess.Popen[str]) -> None:
 async def add_customers(sandbox: Sandbox, db_url: str, key: str, numbers: list[int]) -> None:
     """Customers ``cust-N`` with an access at every bank, holding the sandbox's credentials."""
     await migrate(db_url)
-    vault = CredentialVault([key])
-    engine = create_engine(db_url)
-    try:
-        sessions = session_factory(engine)
-        async with SandboxAdmin.from_sandbox(sandbox) as admin:
-            for n in numbers:
-                await add_customer(sessions, f"cust-{n}", f"Customer {n}")
-                for bank in BANKS:
-                    login = await admin.customer(bank, n)
-                    await add_access(
-                        sessions, vault, f"cust-{n}", bank, login["username"], login["password"]
-                    )
-    finally:
-        await engine.dispose()
+    await add_sandbox_customers(sandbox, db_url, key, numbers, BANKS)
 
 
 @pytest.fixture

@@ -19,14 +19,12 @@ import base64
 import binascii
 from collections.abc import Sequence
 from dataclasses import dataclass
-from datetime import date
-from decimal import Decimal
 from typing import Any
 
 from sqlalchemy import Date, Select, and_, cast, literal, null, or_, select, union_all
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
-from scrapeflow.banking._directory import find_customer
+from scrapeflow.banking._directory import MovementView, find_customer
 from scrapeflow.banking._models import (
     Access,
     Account,
@@ -43,21 +41,10 @@ _CURSOR_PREFIX = "v1:"
 
 
 @dataclass(frozen=True, slots=True)
-class MovementChange:
+class MovementChange(MovementView):
     """A movement as stored now: ``(access_id, account_ref, key)`` is its identity."""
 
-    access_id: int
-    bank: str
-    account_ref: str
-    account: str
-    currency: str
-    key: str
-    operation_date: date
-    value_date: date
-    amount: Decimal
-    description: str
-    pending: bool
-    balance_after: Decimal | None
+    access_id: int = 0
 
 
 @dataclass(frozen=True, slots=True)
