@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import signal
+import sqlite3
 import time
 
 from scrapeflow.sandbox import Sandbox
@@ -51,3 +52,37 @@ def test_a_refresh_cut_by_kill_9_completes_after_the_restart(
     assert len(keys) == len(set(keys))  # nothing doubled
     assert len(keys) == sum(len(m) for t in expected.values() for m in t["movements"].values())
     assert len(accounts) == sum(len(t["accounts"]) for t in expected.values())
+
+
+def test_sigterm_stops_the_service_cleanly_and_the_cut_refresh_runs_after_the_restart(
+    service: Service, sandbox: Sandbox
+) -> None:
+    for bank in BANKS:
+        sandbox.sites[bank].guard.latency_ms = (300.0, 400.0)
+    with service.client("refresh", "read") as client:
+        job = client.post("/v1/customers/cust-1/refresh").json()
+        deadline = time.monotonic() + 30
+        while client.get(f"/v1/jobs/{job['id']}").json()["state"] != "running":
+            assert time.monotonic() < deadline, "the refresh never started"
+            time.sleep(0.05)
+    service.process.send_signal(signal.SIGTERM)
+    # uvicorn stops gracefully, then ends by the signal it got
+    assert service.process.wait(timeout=30) in (0, -signal.SIGTERM)
+    stop_service(service.process)  # it has ended: this closes its pipes
+    database = sqlite3.connect(service.db_url.removeprefix("sqlite+aiosqlite:///"))
+    try:
+        [(left,)] = database.execute(
+            "SELECT state FROM scrapeflow_jobs WHERE id = ?", (job["id"],)
+        ).fetchall()
+    finally:
+        database.close()
+    # Finished within the grace period, or put back at its end: never left "running" for a
+    # watchdog to find.
+    assert left in ("succeeded", "queued")
+    for bank in BANKS:
+        sandbox.sites[bank].guard.latency_ms = (0.0, 2.0)
+    service.process, service.url = start_service(service.env)
+    with service.client("refresh", "read") as client:
+        status = wait_all_updated(client, "cust-1", seconds=60)
+        assert {a["result"] for a in status["accesses"]} == {"success"}
+        assert client.get(f"/v1/jobs/{job['id']}").json()["state"] == "succeeded"
