@@ -164,6 +164,14 @@ class Settings(BaseSettings):
     an hour), with jitter."""
     webhook_give_up: Annotated[float, Field(gt=0, le=720, allow_inf_nan=False)] = 24.0
     """Hours after an event when its undelivered webhook deliveries stop and are marked failed."""
+    schedule: str = "0 4 * * *"
+    """When the daily refresh of every customer starts: a cron expression (five fields), or
+    ``off``. Missed while the service was down, a run is made up if the service starts inside
+    its window; a day never gets two runs, restarts or not."""
+    schedule_timezone: str = "UTC"
+    """The IANA time zone of ``schedule`` (``Europe/Madrid``); daylight saving is followed."""
+    schedule_window: Annotated[float, Field(ge=0, le=1_440, allow_inf_nan=False)] = 120.0
+    """Minutes over which a scheduled run spreads its customers' refreshes (0: all at once)."""
 
     # -- the bulk fetcher ----------------------------------------------------------------------
     fetch: dict[str, Any] = Field(default_factory=dict)
@@ -188,6 +196,29 @@ class Settings(BaseSettings):
             if value.upper() not in LogLevel.__members__:
                 raise ValueError(f"must be one of {', '.join(LogLevel)}")
             return value.upper()
+        return value
+
+    @field_validator("schedule")
+    @classmethod
+    def _check_schedule(cls, value: str) -> str:
+        from croniter import croniter
+
+        value = " ".join(value.split())
+        if value.lower() in ("", "off"):
+            return "off"
+        if len(value.split()) != 5 or not croniter.is_valid(value):
+            raise ValueError("must be a five-field cron expression ('0 4 * * *') or 'off'")
+        return value
+
+    @field_validator("schedule_timezone")
+    @classmethod
+    def _check_timezone(cls, value: str) -> str:
+        from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
+
+        try:
+            ZoneInfo(value)
+        except (ZoneInfoNotFoundError, ValueError):
+            raise ValueError("must be an IANA time zone such as 'Europe/Madrid' or 'UTC'") from None
         return value
 
     @field_validator("identity")

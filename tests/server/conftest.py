@@ -104,6 +104,7 @@ def service(tmp_path: Path, sandbox: Sandbox) -> Iterator[Service]:
         "SCRAPEFLOW_SANDBOX_MANIFEST": str(manifest),
         "SCRAPEFLOW_LOG_DIR": str(tmp_path / "logs"),
         "PYTHONUNBUFFERED": "1",
+        "SCRAPEFLOW_SCHEDULE": "off",  # no daily run in the middle of a test
     }
     process, url = start_service(env)
     running = Service(url, env, db_url, process)
