@@ -20,6 +20,7 @@ ENDPOINTS = [
     ("GET", "/v1/customers/cust-1/accounts", "read", True),
     ("GET", "/v1/customers/cust-1/movements", "read", True),
     ("GET", "/v1/customers/cust-1/sync", "read", True),
+    ("GET", "/v1/schedule", "read", False),
     ("POST", "/v1/customers/cust-1/refresh", "refresh", True),
     ("GET", "/v1/jobs", "read", False),
     ("GET", "/v1/jobs/0000000000000000000000000000", "read", False),

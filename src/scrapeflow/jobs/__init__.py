@@ -4,6 +4,8 @@
 * the :class:`JobQueue` interface, and its embedded backend :class:`EmbeddedJobQueue` (asyncio
   tasks in this process) over a :class:`JobStore`: :class:`SqlJobStore` (SQLite or PostgreSQL,
   the ``scrapeflow_jobs`` table) or :class:`MemoryJobStore` (tests);
+* :class:`Scheduler`: a :class:`DailySchedule` (cron and time zone) whose run submits one job
+  per target, spread over a window, once a day across restarts;
 * job kinds are handlers registered by name (:data:`JobKinds`), never an import path.
 
 >>> from scrapeflow.jobs import JobState
@@ -14,12 +16,14 @@ True
 from __future__ import annotations
 
 from scrapeflow.jobs._memory import MemoryJobStore
-from scrapeflow.jobs._model import ACTIVE_STATES, Job, JobState, new_job_id
+from scrapeflow.jobs._model import ACTIVE_STATES, Job, JobState, JobTally, new_job_id
 from scrapeflow.jobs._runner import EmbeddedJobQueue, JobContext, JobHandler, JobKinds, JobQueue
+from scrapeflow.jobs._schedule import DailySchedule, Scheduler, ScheduleRun
 from scrapeflow.jobs._store import JobStore, SqlJobStore, jobs_table
 
 __all__ = [
     "ACTIVE_STATES",
+    "DailySchedule",
     "EmbeddedJobQueue",
     "Job",
     "JobContext",
@@ -28,7 +32,10 @@ __all__ = [
     "JobQueue",
     "JobState",
     "JobStore",
+    "JobTally",
     "MemoryJobStore",
+    "ScheduleRun",
+    "Scheduler",
     "SqlJobStore",
     "jobs_table",
     "new_job_id",

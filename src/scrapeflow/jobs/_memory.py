@@ -8,7 +8,7 @@ from collections.abc import Collection, Sequence
 from datetime import datetime
 from typing import Any
 
-from scrapeflow.jobs._model import ACTIVE_STATES, Job, JobState
+from scrapeflow.jobs._model import ACTIVE_STATES, Job, JobState, JobTally
 
 __all__ = ["MemoryJobStore"]
 
@@ -56,6 +56,14 @@ class MemoryJobStore:
             and (before is None or j.id < before)
         ]
         return found[:limit]
+
+    async def tally(self, job_ids: Collection[str]) -> JobTally:
+        tally = JobTally()
+        for job_id in job_ids:
+            job = self._jobs.get(job_id)
+            if job is not None:
+                tally.add(job.state, 1, job.finished_at)
+        return tally
 
     async def claim(
         self, owner: str, now: datetime, limit: int, *, only: Collection[str] | None = None

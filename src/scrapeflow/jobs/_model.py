@@ -9,7 +9,7 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
-__all__ = ["ACTIVE_STATES", "Job", "JobState", "new_job_id"]
+__all__ = ["ACTIVE_STATES", "Job", "JobState", "JobTally", "new_job_id"]
 
 
 class JobState(enum.StrEnum):
@@ -77,6 +77,26 @@ class Job:
             "finished_at": _iso(self.finished_at),
             "heartbeat_at": _iso(self.heartbeat_at),
         }
+
+
+@dataclass(slots=True)
+class JobTally:
+    """How many jobs of a set are in each state, and when the last of them ended."""
+
+    counts: dict[JobState, int] = field(default_factory=dict)
+    last_finished_at: datetime | None = None
+
+    def add(self, state: JobState, count: int, finished_at: datetime | None) -> None:
+        self.counts[state] = self.counts.get(state, 0) + count
+        if finished_at is not None and (
+            self.last_finished_at is None or finished_at > self.last_finished_at
+        ):
+            self.last_finished_at = finished_at
+
+    @property
+    def active(self) -> int:
+        """Jobs queued or running."""
+        return sum(n for state, n in self.counts.items() if state in ACTIVE_STATES)
 
 
 def _iso(value: datetime | None) -> str | None:

@@ -25,7 +25,7 @@ import contextlib
 import os
 import secrets
 import socket
-from collections.abc import Awaitable, Callable, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Collection, Mapping, Sequence
 from datetime import UTC, datetime, timedelta
 from types import TracebackType
 from typing import Any, Protocol
@@ -33,7 +33,7 @@ from typing import Any, Protocol
 from scrapeflow._util.logs import get_logger
 from scrapeflow._util.redact import redact
 from scrapeflow.errors import JobNotFound, UnknownJobKind
-from scrapeflow.jobs._model import Job, JobState, new_job_id
+from scrapeflow.jobs._model import Job, JobState, JobTally, new_job_id
 from scrapeflow.jobs._store import JobStore
 
 __all__ = ["EmbeddedJobQueue", "JobContext", "JobHandler", "JobKinds", "JobQueue"]
@@ -60,6 +60,8 @@ class JobQueue(Protocol):
         limit: int = 100,
         before: str | None = None,
     ) -> list[Job]: ...
+
+    async def tally(self, job_ids: Collection[str]) -> JobTally: ...
 
     async def cancel(self, job_id: str) -> Job: ...
 
@@ -229,6 +231,11 @@ class EmbeddedJobQueue:
         before: str | None = None,
     ) -> list[Job]:
         return await self.store.find(kind=kind, states=states, limit=limit, before=before)
+
+    async def tally(self, job_ids: Collection[str]) -> JobTally:
+        """How many of ``job_ids`` are in each state (unknown ids are left out), and when the
+        last of them ended."""
+        return await self.store.tally(job_ids)
 
     async def cancel(self, job_id: str) -> Job:
         """Cancel a job: a queued one ends at once, a running one within ``poll`` seconds."""

@@ -27,6 +27,7 @@ from sqlalchemy import (
     Table,
     Text,
     and_,
+    func,
     insert,
     select,
     update,
@@ -35,7 +36,7 @@ from sqlalchemy.exc import IntegrityError
 from sqlalchemy.ext.asyncio import AsyncEngine
 
 from scrapeflow.db import UTCDateTime, create_engine
-from scrapeflow.jobs._model import ACTIVE_STATES, Job, JobState
+from scrapeflow.jobs._model import ACTIVE_STATES, Job, JobState, JobTally
 
 __all__ = ["JobStore", "SqlJobStore", "jobs_table"]
 
@@ -118,6 +119,9 @@ class JobStore(Protocol):
 
     async def release(self, job_id: str, owner: str) -> None:
         """Put a running job back in the queue (a shutdown that leaves it resumable)."""
+
+    async def tally(self, job_ids: Collection[str]) -> JobTally:
+        """How many of these jobs are in each state, and when the last ended."""
 
     async def cancel(self, job_id: str, now: datetime) -> Job | None:
         """Cancel a queued job at once; ask a running one to stop. The job after, or None."""
@@ -204,6 +208,21 @@ class SqlJobStore:
         async with self.engine.connect() as connection:
             rows = (await connection.execute(query)).all()
         return [_job(r._mapping) for r in rows]
+
+    async def tally(self, job_ids: Collection[str]) -> JobTally:
+        ids = list(job_ids)
+        tally = JobTally()
+        c = jobs_table.c
+        async with self.engine.connect() as connection:
+            for start in range(0, len(ids), 500):  # bounded IN lists on every dialect
+                rows = await connection.execute(
+                    select(c.state, func.count(), func.max(c.finished_at))
+                    .where(c.id.in_(ids[start : start + 500]))
+                    .group_by(c.state)
+                )
+                for state, count, finished in rows:
+                    tally.add(JobState(state), count, finished)
+        return tally
 
     async def claim(
         self, owner: str, now: datetime, limit: int, *, only: Collection[str] | None = None

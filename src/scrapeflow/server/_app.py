@@ -5,7 +5,7 @@ dependencies."""
 from __future__ import annotations
 
 from collections.abc import AsyncIterator
-from contextlib import asynccontextmanager
+from contextlib import asynccontextmanager, nullcontext
 
 from fastapi import FastAPI
 
@@ -31,6 +31,7 @@ def create_app(settings: Settings) -> FastAPI:
         from scrapeflow.db import create_engine, session_factory
         from scrapeflow.jobs import EmbeddedJobQueue, SqlJobStore
         from scrapeflow.server._courier import Courier
+        from scrapeflow.server._daily import daily_refresh
         from scrapeflow.server._events import EventLog
         from scrapeflow.server._keys import open_keys
         from scrapeflow.server._watch import ServiceWatchdog
@@ -59,6 +60,7 @@ def create_app(settings: Settings) -> FastAPI:
                 ) as queue,
             ):
                 sessions = session_factory(engine)
+                scheduler = daily_refresh(settings, engine, sessions, queue)
                 app.state.service = ServiceState(
                     settings=settings,
                     engine=engine,
@@ -66,8 +68,12 @@ def create_app(settings: Settings) -> FastAPI:
                     queue=queue,
                     events=events,
                     webhooks=webhooks,
+                    scheduler=scheduler,
                 )
-                async with ServiceWatchdog(queue, sessions, settings):
+                async with (
+                    ServiceWatchdog(queue, sessions, settings),
+                    scheduler or nullcontext(),
+                ):
                     yield
         finally:
             await engine.dispose()
@@ -81,13 +87,21 @@ def create_app(settings: Settings) -> FastAPI:
     install_problem_handlers(app)
     app.add_middleware(BodyLimit, max_body=settings.api_max_body)
     install_openapi(app)
-    from scrapeflow.server.routes import customers, events, jobs, sync, webhooks
+    from scrapeflow.server.routes import (
+        customers,
+        events,
+        jobs,
+        schedule,
+        sync,
+        webhooks,
+    )
 
     app.include_router(customers.router)
     app.include_router(sync.router)
     app.include_router(jobs.router)
     app.include_router(events.router)
     app.include_router(webhooks.router)
+    app.include_router(schedule.router)
 
     @app.get("/healthz", tags=["operations"])
     async def healthz() -> dict[str, str]:

@@ -65,6 +65,8 @@ __all__ = [
     "RunJobParamsIn",
     "RunTaskIn",
     "RunTaskOut",
+    "ScheduleOut",
+    "ScheduleRunOut",
     "SyncMovementOut",
     "SyncPage",
 ]
@@ -400,6 +402,41 @@ class JobResults(BaseModel):
 class SyncMovementOut(MovementOut):
     access_id: int
     """With ``account_ref`` and ``key``, the movement's identity."""
+
+
+class ScheduleRunOut(BaseModel):
+    date: date
+    """The day of the run, in the schedule's time zone (one run a day)."""
+    fire_at: datetime
+    """When the cron expression fired."""
+    planned_at: datetime
+    """When the run was planned (later than ``fire_at`` when it was made up at a start)."""
+    planned: int
+    """Customers in the run."""
+    submitted: int
+    """Their refreshes queued so far (spread over the window)."""
+    due_until: datetime | None
+    """When the last customer's refresh is due."""
+    jobs: dict[str, int]
+    """The run's refresh jobs by state (queued, running, succeeded, failed, cancelled)."""
+    finished_at: datetime | None
+    """When the run's last refresh ended; null while any is to come."""
+
+
+class ScheduleOut(BaseModel):
+    enabled: bool
+    """False when the ``schedule`` setting is ``off``."""
+    cron: str | None
+    timezone: str
+    window_minutes: float
+    """Minutes the run's refreshes are spread over."""
+    next_run: datetime | None
+    """The next fire (null when off)."""
+    checked_at: datetime | None
+    """When this service last looked for what is due (about once a minute; null when off)."""
+    last_run: ScheduleRunOut | None
+    runs: list[ScheduleRunOut]
+    """The last seven runs, newest first."""
 
 
 class RemovedOut(BaseModel):

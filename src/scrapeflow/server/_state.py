@@ -10,7 +10,7 @@ from dataclasses import dataclass, field
 from sqlalchemy.ext.asyncio import AsyncEngine, AsyncSession, async_sessionmaker
 
 from scrapeflow.config import Settings
-from scrapeflow.jobs import EmbeddedJobQueue
+from scrapeflow.jobs import EmbeddedJobQueue, Scheduler
 from scrapeflow.server._events import EventLog
 from scrapeflow.server._webhooks import Webhooks
 
@@ -53,4 +53,6 @@ class ServiceState:
     queue: EmbeddedJobQueue
     events: EventLog
     webhooks: Webhooks
+    scheduler: Scheduler | None = None
+    """The daily refresh of every customer (None when the ``schedule`` setting is off)."""
     failures: AuthFailures = field(default_factory=AuthFailures)
