@@ -35,6 +35,8 @@ ENDPOINTS = [
     ("GET", "/v1/webhooks/wh_0000000000000000", "read", False),
     ("DELETE", "/v1/webhooks/wh_0000000000000000", "read", False),
     ("GET", "/v1/webhooks/wh_0000000000000000/deliveries", "read", False),
+    ("GET", "/metrics", "metrics", False),
+    ("GET", "/v1/stats", "metrics", False),
 ]
 
 
@@ -59,7 +61,7 @@ def test_the_table_covers_every_endpoint_of_the_api(service: Service) -> None:
         (method.upper(), path)
         for path, methods in spec["paths"].items()
         for method in methods
-        if path != "/healthz"
+        if path not in ("/healthz", "/readyz")
     }
     covered = {
         (
@@ -107,6 +109,7 @@ def test_authorization_matrix(
 
 def test_health_needs_no_key(service: Service) -> None:
     assert httpx.get(f"{service.url}/healthz").json() == {"status": "ok"}
+    assert httpx.get(f"{service.url}/readyz").json() == {"status": "ready"}
 
 
 def test_repeated_failures_from_one_address_are_slowed_down(service: Service) -> None:
@@ -163,4 +166,6 @@ def test_an_operator_creates_a_key_with_the_cli_and_it_works(service: Service) -
         timeout=60,
     )
     assert bad.returncode == 2
-    assert bad.stderr.strip() == "error: unknown scope 'root' (scopes: read, refresh, jobs, admin)"
+    assert bad.stderr.strip() == (
+        "error: unknown scope 'root' (scopes: read, refresh, jobs, metrics, admin)"
+    )

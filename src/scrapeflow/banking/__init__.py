@@ -110,7 +110,7 @@ from scrapeflow.banking._sync import (
     movement_changes,
 )
 from scrapeflow.banking._vault import KEY_FILE_ENV, KEYS_ENV, CredentialVault, VaultError
-from scrapeflow.banking._writequeue import WriteQueue, writers_for
+from scrapeflow.banking._writequeue import WriteQueue, queued_writes, writers_for
 from scrapeflow.banking._writer import SqlWriter, SyncWindow, Writer
 
 __all__ = [
@@ -185,6 +185,7 @@ __all__ = [
     "parse_es_amount",
     "parse_es_date",
     "parse_iso_date",
+    "queued_writes",
     "refresh_key",
     "refresh_reports",
     "register",

@@ -6,12 +6,16 @@ which is the back-pressure), and a fixed number of writer tasks run them — one
 has a single writer anyway, a few on a server database. A batch that fails with a transient
 error (deadlock, serialization failure, "database is locked", a dropped connection) is retried
 with backoff: every write is an idempotent upsert, so running it twice is harmless.
+
+:func:`queued_writes` tells how many batches wait in the running queues of this process (for a
+service's metrics).
 """
 
 from __future__ import annotations
 
 import asyncio
 import random
+import weakref
 from collections.abc import Awaitable, Callable
 from types import TracebackType
 from typing import Any, TypeVar
@@ -20,12 +24,20 @@ from sqlalchemy.exc import DBAPIError, OperationalError
 
 from scrapeflow._util.logs import get_logger
 
-__all__ = ["WriteQueue", "writers_for"]
+__all__ = ["WriteQueue", "queued_writes", "writers_for"]
 
 T = TypeVar("T")
 _log = get_logger(__name__)
 _TRANSIENT_SQLSTATES = frozenset({"40001", "40P01", "55P03", "57P01", "08006", "08003"})
 _TRANSIENT_TEXT = ("database is locked", "deadlock", "could not serialize", "connection was closed")
+
+
+_running: weakref.WeakSet[WriteQueue] = weakref.WeakSet()
+
+
+def queued_writes() -> int:
+    """Batches waiting for a writer, over every running write queue of this process."""
+    return sum(queue.depth for queue in list(_running))
 
 
 def writers_for(url: str) -> int:
@@ -77,6 +89,7 @@ class WriteQueue:
         self._tasks = [
             asyncio.create_task(self._work(), name=f"db-writer-{n}") for n in range(self.writers)
         ]
+        _running.add(self)
         return self
 
     async def __aexit__(
@@ -91,10 +104,16 @@ class WriteQueue:
         """Finish what is queued, then stop the writers."""
         if not self._tasks:
             return
+        _running.discard(self)
         for _ in self._tasks:
             await self._queue.put(None)
         await asyncio.gather(*self._tasks, return_exceptions=True)
         self._tasks = []
+
+    @property
+    def depth(self) -> int:
+        """Batches waiting for a writer."""
+        return self._queue.qsize()
 
     async def submit(self, write: Callable[[], Awaitable[T]]) -> T:
         """Queue ``write`` (a coroutine function) and wait until it has run; its result.

@@ -79,7 +79,7 @@ def serve(
 def create(
     ctx: typer.Context,
     scope: Annotated[
-        list[str], typer.Option(help="read, refresh, jobs or admin (repeat for several).")
+        list[str], typer.Option(help="read, refresh, jobs, metrics or admin (repeat for several).")
     ],
     customer: Annotated[
         list[str] | None, typer.Option(help="Only this customer (repeat); default: all.")

@@ -6,7 +6,8 @@
 * sessions that keep identity, cookies and proxy together, change proxy only after repeated
   failures, and are retired on a ban or a CAPTCHA (:class:`ScrapeSession`);
 * coherent browser identities (:data:`IDENTITIES`);
-* stats per host and per proxy (:class:`Stats`).
+* stats per host and per proxy (:class:`Stats`), and per host for the whole process
+  (:func:`process_traffic`).
 
 >>> from scrapeflow.http import HttpClient, HttpConfig
 >>> async with HttpClient(HttpConfig(max_connections=50)) as http:  # doctest: +SKIP
@@ -18,11 +19,12 @@ from scrapeflow.http._config import HostPolicy, HttpConfig, RetryPolicy
 from scrapeflow.http._identity import IDENTITIES, Identity, pick_identity
 from scrapeflow.http._proxypool import ProxyPool, proxy_label
 from scrapeflow.http._session import ScrapeSession
-from scrapeflow.http._stats import Stats, TrafficStats
+from scrapeflow.http._stats import HostTraffic, Stats, TrafficStats, process_traffic
 
 __all__ = [
     "IDENTITIES",
     "HostPolicy",
+    "HostTraffic",
     "HttpClient",
     "HttpConfig",
     "Identity",
@@ -33,5 +35,6 @@ __all__ = [
     "Stats",
     "TrafficStats",
     "pick_identity",
+    "process_traffic",
     "proxy_label",
 ]

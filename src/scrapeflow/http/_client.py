@@ -407,10 +407,10 @@ class HttpClient:
             if pool is not None:
                 pool.recovered(proxy)
             host_stats.ok += 1
-            host_stats.latencies.append(elapsed)
+            host_stats.timed(elapsed)
             if proxy_stats:
                 proxy_stats.ok += 1
-                proxy_stats.latencies.append(elapsed)
+                proxy_stats.timed(elapsed)
             return outcome
         outcome.proxy, outcome.generation = label, generation
         self._count_failure(outcome, host_stats, proxy_stats)

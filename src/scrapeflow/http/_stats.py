@@ -1,12 +1,18 @@
-"""What the HTTP layer did, per host and per proxy: counts and latency percentiles."""
+"""What the HTTP layer did, per host and per proxy: counts and latency percentiles.
+
+Each :class:`HttpClient` keeps its own :class:`Stats`; :func:`process_traffic` adds up, per
+host, every client of this process since it started (the ones still open and the ones gone),
+for a service's metrics: read-only, nothing to register or reset.
+"""
 
 from __future__ import annotations
 
+import weakref
 from collections import Counter, deque
 from dataclasses import dataclass, field
 from typing import Any
 
-__all__ = ["Stats", "TrafficStats"]
+__all__ = ["HostTraffic", "Stats", "TrafficStats", "process_traffic"]
 
 _LATENCY_WINDOW = 2048
 
@@ -23,6 +29,13 @@ class TrafficStats:
     throttled: int = 0
     errors: Counter[str] = field(default_factory=Counter)
     latencies: deque[float] = field(default_factory=lambda: deque(maxlen=_LATENCY_WINDOW))
+    latency_total: float = 0.0
+    """Seconds summed over every timed answer (``ok`` of them), not only the recent ones."""
+
+    def timed(self, seconds: float) -> None:
+        """Count the latency of one answer."""
+        self.latencies.append(seconds)
+        self.latency_total += seconds
 
     def percentile(self, q: float) -> float | None:
         """The ``q`` quantile (0-1) of recent latencies, in seconds; ``None`` before any."""
@@ -55,6 +68,11 @@ class Stats:
     hosts: dict[str, TrafficStats] = field(default_factory=dict)
     proxies: dict[str, TrafficStats] = field(default_factory=dict)
 
+    def __post_init__(self) -> None:
+        _open[id(self)] = self
+        # When the stats go (their client with them), their counts join the process's past.
+        weakref.finalize(self, _retire, self.hosts)
+
     def host(self, key: str) -> TrafficStats:
         stats = self.hosts.get(key)
         if stats is None:
@@ -86,3 +104,71 @@ class Stats:
             total.throttled += s.throttled
             total.errors.update(s.errors)
         return total
+
+
+@dataclass(frozen=True, slots=True)
+class HostTraffic:
+    """One host's traffic, summed over the HTTP clients of this process since it started."""
+
+    requests: int = 0
+    """Attempts sent (a retried request counts each time)."""
+    ok: int = 0
+    retries: int = 0
+    bans: int = 0
+    captchas: int = 0
+    throttled: int = 0
+    errors: int = 0
+    """Attempts that failed otherwise: connection, timeout, proxy, a retryable status."""
+    latency_total: float = 0.0
+    """Seconds summed over the ``ok`` answers."""
+
+    @classmethod
+    def of(cls, stats: TrafficStats) -> HostTraffic:
+        return cls(
+            requests=stats.requests,
+            ok=stats.ok,
+            retries=stats.retries,
+            bans=stats.bans,
+            captchas=stats.captchas,
+            throttled=stats.throttled,
+            errors=sum(stats.errors.values()),
+            latency_total=stats.latency_total,
+        )
+
+    def __add__(self, other: HostTraffic) -> HostTraffic:
+        return HostTraffic(
+            requests=self.requests + other.requests,
+            ok=self.ok + other.ok,
+            retries=self.retries + other.retries,
+            bans=self.bans + other.bans,
+            captchas=self.captchas + other.captchas,
+            throttled=self.throttled + other.throttled,
+            errors=self.errors + other.errors,
+            latency_total=self.latency_total + other.latency_total,
+        )
+
+
+_open: weakref.WeakValueDictionary[int, Stats] = weakref.WeakValueDictionary()
+"""The stats alive, by identity (a dataclass that compares by value is not hashable)."""
+_retired: dict[str, HostTraffic] = {}
+
+
+def _retire(hosts: dict[str, TrafficStats]) -> None:
+    for host, traffic in hosts.items():
+        _retired[host] = _retired.get(host, HostTraffic()) + HostTraffic.of(traffic)
+
+
+def process_traffic() -> dict[str, HostTraffic]:
+    """Per host (``host:port``), what every HTTP client of this process did since it started.
+
+    >>> process_traffic().get("127.0.0.1:8080")  # doctest: +SKIP
+    HostTraffic(requests=12, ok=12, retries=0, bans=0, ...)
+    """
+    # The open stats first, held: none of them can retire while they are added up, and one that
+    # retired before is in the past already.
+    alive = list(_open.values())
+    totals = dict(_retired)
+    for stats in alive:
+        for host, traffic in list(stats.hosts.items()):
+            totals[host] = totals.get(host, HostTraffic()) + HostTraffic.of(traffic)
+    return totals

@@ -10,7 +10,9 @@ from contextlib import asynccontextmanager, nullcontext
 from fastapi import FastAPI
 
 from scrapeflow.config import Settings
+from scrapeflow.server._accesslog import AccessLog
 from scrapeflow.server._limits import BodyLimit
+from scrapeflow.server._metrics import ServiceMetrics
 from scrapeflow.server._openapi import install_openapi
 from scrapeflow.server._problems import install_problem_handlers
 from scrapeflow.server._state import ServiceState
@@ -86,11 +88,16 @@ def create_app(settings: Settings) -> FastAPI:
     )
     install_problem_handlers(app)
     app.add_middleware(BodyLimit, max_body=settings.api_max_body)
+    app.state.metrics = ServiceMetrics()
+    # Added last, so outermost: it also logs and counts what BodyLimit refuses.
+    app.add_middleware(AccessLog, metrics=app.state.metrics)
     install_openapi(app)
     from scrapeflow.server.routes import (
         customers,
+        dashboard,
         events,
         jobs,
+        operations,
         schedule,
         sync,
         webhooks,
@@ -102,10 +109,7 @@ def create_app(settings: Settings) -> FastAPI:
     app.include_router(events.router)
     app.include_router(webhooks.router)
     app.include_router(schedule.router)
-
-    @app.get("/healthz", tags=["operations"])
-    async def healthz() -> dict[str, str]:
-        """The process is up (no authentication)."""
-        return {"status": "ok"}
+    app.include_router(dashboard.router)
+    app.include_router(operations.router)
 
     return app

@@ -42,6 +42,8 @@ def caller_with(scope: Scope) -> Callable[[Request], Awaitable[ApiKey]]:
         key = None
         if scheme.lower() == "bearer" and token.strip():
             key = await find_key(state.engine, token.strip())
+        if key is not None:
+            request.state.api_key_id = key.id  # for the access log: the id, never the token
         if key is None:
             state.failures.failed(address)
             raise Problem(

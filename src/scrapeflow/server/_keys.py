@@ -3,8 +3,9 @@
 A key reads ``sf_<id>_<secret>``: the id finds the stored row, the secret is checked against
 its SHA-256 with a constant-time comparison. Only the hash is kept, so a leaked database gives
 no usable key. Scopes: ``read`` (customers, accounts, movements, jobs), ``refresh`` (start a
-refresh, give a one-time code), ``jobs`` (create and cancel fetch and run jobs), ``admin``
-(everything, and keys). A key restricted to customers sees and refreshes only those.
+refresh, give a one-time code), ``jobs`` (create and cancel fetch and run jobs), ``metrics``
+(``/metrics`` and ``/v1/stats``: counts, no customer data), ``admin`` (everything, and keys).
+A key restricted to customers sees and refreshes only those.
 """
 
 from __future__ import annotations
@@ -43,6 +44,7 @@ class Scope(enum.StrEnum):
     READ = "read"
     REFRESH = "refresh"
     JOBS = "jobs"
+    METRICS = "metrics"
     ADMIN = "admin"
 
 
@@ -85,7 +87,9 @@ async def create_key(
             known = ", ".join(s.value for s in Scope)
             raise InputError(f"unknown scope {scope!r} (scopes: {known})") from None
     if not chosen:
-        raise InputError("a key needs at least one scope (--scope read, refresh, jobs or admin)")
+        raise InputError(
+            "a key needs at least one scope (--scope read, refresh, jobs, metrics or admin)"
+        )
     wanted = sorted({c.strip() for c in customers if c.strip()})
     if any(len(c) > 64 or not c.isprintable() for c in wanted):
         raise InputError("a customer id is 1-64 printable characters")

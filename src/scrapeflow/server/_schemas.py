@@ -46,6 +46,7 @@ __all__ = [
     "AccessOut",
     "AccessResultOut",
     "AccountOut",
+    "ApiStatsOut",
     "CustomerIn",
     "CustomerOut",
     "CustomerStatus",
@@ -53,10 +54,13 @@ __all__ = [
     "FetchItemOut",
     "FetchJobIn",
     "FetchJobParamsIn",
+    "HttpStatsOut",
+    "JobCountsOut",
     "JobIn",
     "JobList",
     "JobOut",
     "JobResults",
+    "MachineOut",
     "MovementOut",
     "MovementPage",
     "OneTimeCode",
@@ -67,6 +71,7 @@ __all__ = [
     "RunTaskOut",
     "ScheduleOut",
     "ScheduleRunOut",
+    "StatsOut",
     "SyncMovementOut",
     "SyncPage",
 ]
@@ -458,3 +463,65 @@ class SyncPage(BaseModel):
     """Keep it, and pass it as ``cursor`` next time."""
     has_more: bool
     """More changes wait: ask again with ``next_cursor`` now."""
+
+
+# -- GET /v1/stats -----------------------------------------------------------------------------
+
+
+class JobCountsOut(BaseModel):
+    queued: int
+    running: int
+    succeeded: int
+    failed: int
+    cancelled: int
+
+
+class HttpStatsOut(BaseModel):
+    """The outgoing HTTP of the scrapers of the service's process, since it started."""
+
+    requests: int
+    """Attempts sent (each retry counts)."""
+    retries: int
+    bans: int
+    """Answers taken for a ban or a CAPTCHA."""
+    hosts: int
+    """Hosts contacted."""
+
+
+class ApiStatsOut(BaseModel):
+    """The API's answers since the service started."""
+
+    requests: int
+    errors: int
+    """Answers of status 500 or more."""
+
+
+class MachineOut(BaseModel):
+    cpu_percent: float
+    """Of all CPUs, since the previous reading."""
+    memory_percent: float
+    load: tuple[float, float, float]
+    """Load average over 1, 5 and 15 minutes."""
+    rss_bytes: int
+    """The service process's resident memory."""
+
+
+class StatsOut(BaseModel):
+    """The service's numbers (``/metrics`` has the same, for Prometheus)."""
+
+    jobs: JobCountsOut
+    """Jobs in the store by state, every kind together."""
+    jobs_by_kind: dict[str, dict[str, int]]
+    """Per kind (``bank.refresh``, ``fetch``…), jobs by state."""
+    customers: int
+    sse_clients: int
+    """Event-stream clients connected now."""
+    webhook_backlog: int
+    """Webhook deliveries pending in the outbox."""
+    write_queue_depth: int
+    """Bank write batches waiting for a writer."""
+    http: HttpStatsOut
+    api: ApiStatsOut
+    machine: MachineOut
+    uptime_seconds: float
+    """Seconds since the service's process started."""

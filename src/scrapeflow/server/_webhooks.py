@@ -42,6 +42,7 @@ from sqlalchemy import (
     Text,
     UniqueConstraint,
     delete,
+    func,
     insert,
     select,
 )
@@ -290,6 +291,15 @@ class Webhooks:
         async with self.engine.connect() as connection:
             rows = (await connection.execute(query.order_by(d.id.desc()).limit(limit))).all()
         return [_delivery(r) for r in rows]
+
+    async def backlog(self) -> int:
+        """Deliveries pending in the outbox (due now or waiting for a retry)."""
+        d = deliveries_table.c
+        async with self.engine.connect() as connection:
+            pending = await connection.execute(
+                select(func.count()).where(d.state == DeliveryState.PENDING.value)
+            )
+            return int(pending.scalar_one())
 
     async def enqueue(self, connection: AsyncConnection, event: Event) -> None:
         """The event log's outbox hook: a pending delivery of ``event`` for each webhook that

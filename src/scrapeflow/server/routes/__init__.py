@@ -1,7 +1,3 @@
-"""One routes module per resource: customers (status, refresh, accounts, movements) and jobs."""
-
-from __future__ import annotations
-
-from scrapeflow.server.routes import customers, events, jobs
-
-__all__ = ["customers", "events", "jobs"]
+"""One routes module per resource: customers (status, refresh, accounts, movements), their
+sync and events, jobs, webhooks, the schedule, operations (health, readiness, metrics) and the
+dashboard's page."""

@@ -16,6 +16,7 @@ from fastapi.sse import EventSourceResponse, ServerSentEvent
 from scrapeflow.server._deps import State, caller_with
 from scrapeflow.server._events import Event
 from scrapeflow.server._keys import ApiKey, Scope
+from scrapeflow.server._metrics import ServiceMetrics, service_metrics
 from scrapeflow.server._problems import Problem
 from scrapeflow.server.routes.customers import CustomerReader
 from scrapeflow.server.routes.jobs import visible_job
@@ -26,6 +27,7 @@ router = APIRouter(tags=["events"])
 Reader = Annotated[ApiKey, Depends(caller_with(Scope.READ))]
 LastEventId = Annotated[str | None, Header(alias="Last-Event-ID", max_length=20)]
 After = Annotated[int | None, Query(ge=0, description="resume after this event id")]
+Metrics = Annotated[ServiceMetrics, Depends(service_metrics)]
 
 
 def _start(last_event_id: str | None, after: int | None) -> int:
@@ -56,11 +58,13 @@ async def customer_events(
     key: CustomerReader,  # checked before the stream starts: after, errors can't be 4xx
     state: State,
     start: Annotated[int, Depends(_start_from)],
+    metrics: Metrics,
 ) -> AsyncIterator[ServerSentEvent]:
     """Everything that happens to the customer, live: refresh jobs queued, started and ended,
     accounts and movements batches as they land, each access's end, "all updated"."""
-    async for event in state.events.stream(start, customer=customer):
-        yield _sse(event)
+    with metrics.streaming():
+        async for event in state.events.stream(start, customer=customer):
+            yield _sse(event)
 
 
 @router.get("/v1/jobs/{job_id}/events", response_class=EventSourceResponse)
@@ -68,7 +72,9 @@ async def job_events(
     job_id: Annotated[str, Depends(_readable_job)],
     state: State,
     start: Annotated[int, Depends(_start_from)],
+    metrics: Metrics,
 ) -> AsyncIterator[ServerSentEvent]:
     """One job's events, live, until it ends."""
-    async for event in state.events.stream(start, job_id=job_id):
-        yield _sse(event)
+    with metrics.streaming():
+        async for event in state.events.stream(start, job_id=job_id):
+            yield _sse(event)

@@ -1,0 +1,391 @@
+"""The dashboard at ``/``, in a real headless Chromium against the real service: sign in with a
+key, pick a customer, update it and watch the progress reach "all updated" while the tables
+fill; a bad key shows the API's message and no data; the page talks to no other host and logs
+no error. And the routes themselves: security headers, caching, no path traversal.
+
+``SCRAPEFLOW_SCREENSHOT=<file.png>`` saves a full-page screenshot (1280 wide) after the update.
+"""
+
+from __future__ import annotations
+
+import http.client
+import os
+import re
+import shutil
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+from urllib.parse import urlsplit
+
+import httpx
+import pytest
+from playwright.sync_api import Browser, ConsoleMessage, Page, Request, expect, sync_playwright
+
+from scrapeflow.sandbox import Sandbox
+from tests._servers import unavailable
+
+from .conftest import BANKS, Service, stop_service
+
+WIDTH = 1280
+PAGE = 25  # movements the page shows at first, and adds per "More"
+# Read at import: the tests run in a clean environment, without SCRAPEFLOW_* variables.
+SCREENSHOT = os.environ.get("SCRAPEFLOW_SCREENSHOT")
+# Chromium reports every non-2xx answer to a fetch() on the console. These are the answers the
+# page expects and shows in place (a panel hidden or saying which scope is missing).
+EXPECTED_REFUSALS = {"/v1/schedule": (403, 404), "/v1/stats": (403, 404)}
+
+
+@pytest.fixture
+def browser(service: Service) -> Iterator[Browser]:
+    """Headless Chromium (Debian's). Started after the service: the service's fixture runs an
+    event loop of its own, which Playwright's sync API forbids once it runs in this thread."""
+    chromium = shutil.which("chromium") or shutil.which("chromium-browser")
+    if chromium is None:
+        unavailable("chromium is not installed")
+    with sync_playwright() as playwright:
+        launched = playwright.chromium.launch(executable_path=chromium)
+        try:
+            yield launched
+        finally:
+            launched.close()
+
+
+@dataclass
+class Visit:
+    """A page on the dashboard, with what it asked for and what went wrong in it."""
+
+    page: Page
+    service_url: str
+    requests: list[Request] = field(default_factory=list)
+    errors: list[str] = field(default_factory=list)
+    refusals: dict[str, tuple[int, ...]] = field(default_factory=lambda: dict(EXPECTED_REFUSALS))
+
+    def on_console(self, message: ConsoleMessage) -> None:
+        if message.type != "error":
+            return
+        where = urlsplit(message.location.get("url", "")).path
+        refused = re.match(
+            r"Failed to load resource: the server responded with a status of (\d+)", message.text
+        )
+        if refused and int(refused.group(1)) in self.refusals.get(where, ()):
+            return
+        self.errors.append(f"{message.text} ({message.location})")
+
+    def foreign_requests(self) -> list[str]:
+        origin = urlsplit(self.service_url)
+        return [
+            r.url
+            for r in self.requests
+            if (urlsplit(r.url).scheme, urlsplit(r.url).netloc) != (origin.scheme, origin.netloc)
+        ]
+
+    def sign_in(self, key: str) -> None:
+        self.page.fill("#api-key", key)
+        self.page.click("#login-submit")
+
+
+def key(service: Service, *scopes: str) -> str:
+    """``service.key`` runs an event loop: do it in a thread of its own, out of Playwright's."""
+    with ThreadPoolExecutor(1) as thread:
+        return thread.submit(service.key, *scopes).result()
+
+
+def api_client(service: Service, *scopes: str) -> httpx.Client:
+    key(service, *scopes)  # made (and kept) out of Playwright's thread
+    return service.client(*scopes)
+
+
+def visit(browser: Browser, service: Service) -> Visit:
+    page = browser.new_page(viewport={"width": WIDTH, "height": 900})
+    seen = Visit(page, service.url)
+    page.on("console", seen.on_console)
+    page.on("pageerror", lambda error: seen.errors.append(f"uncaught: {error}"))
+    page.on("request", lambda request: seen.requests.append(request))
+    page.goto(f"{service.url}/")
+    expect(page.locator("#login-view")).to_be_visible()
+    return seen
+
+
+def record_progress(page: Page) -> None:
+    """Keep every state the progress panel shows (a refresh may be over in a second)."""
+    page.evaluate(
+        """() => {
+          window.progressShown = [];
+          const panel = document.getElementById("customer-panel");
+          const note = () => window.progressShown.push([
+            document.getElementById("refresh-state").textContent,
+            panel.querySelector("#accesses tbody").innerText,
+          ]);
+          const what = {subtree: true, childList: true, characterData: true};
+          new MutationObserver(note).observe(panel, what);
+        }"""
+    )
+
+
+def test_update_a_customer_and_watch_it_reach_all_updated(
+    browser: Browser, service: Service, sandbox: Sandbox
+) -> None:
+    for bank in BANKS:  # long enough to watch the banks work, short enough for a test
+        sandbox.sites[bank].guard.latency_ms = (20.0, 60.0)
+    token = key(service, "read", "refresh", "metrics")
+    seen = visit(browser, service)
+    page = seen.page
+    seen.sign_in(token)
+
+    expect(page.locator("#customers button")).to_have_count(3)
+    page.click("#customers button[data-customer='cust-1']")
+    expect(page.locator("#customer-id")).to_have_text("cust-1")
+    expect(page.locator("#accesses tbody tr")).to_have_count(len(BANKS))
+    expect(page.locator("#movements tbody tr.empty")).to_have_count(1)  # nothing read yet
+    expect(page.locator("#refresh-state")).not_to_have_text("all updated")
+    expect(page.locator("#live")).to_have_attribute("data-state", "live")
+
+    record_progress(page)
+    page.get_by_role("button", name="Update accounts and movements").click()
+    expect(page.locator("#refresh-state")).to_have_text("all updated", timeout=60_000)
+    shown = page.evaluate("window.progressShown")
+    assert any("updating" in state for state, _ in shown), shown
+    assert any("in progress" in accesses for _, accesses in shown), shown
+    expect(page.locator("#movements tbody tr:not(.empty)").first).to_be_visible(timeout=10_000)
+
+    with api_client(service, "read") as client:
+        accounts = client.get("/v1/customers/cust-1/accounts").json()
+        every = client.get("/v1/customers/cust-1/movements", params={"limit": 1000}).json()
+        newest = client.get("/v1/customers/cust-1/movements", params={"limit": PAGE}).json()
+        jobs = client.get("/v1/jobs").json()["jobs"]
+    total = len(every["movements"])
+    assert total > PAGE, "the sandbox customer should have more than one page of movements"
+
+    # What the API says, as it says it: the same accounts, the newest page, money untouched.
+    expect(page.locator("#accesses tbody")).not_to_contain_text("in progress")
+    for result in page.locator("#accesses tbody tr td:nth-child(6)").all_text_contents():
+        assert result == "success"
+    expect(page.locator("#accounts tbody tr")).to_have_count(len(accounts))
+    expect(page.locator("#movements tbody tr")).to_have_count(PAGE)
+    first = newest["movements"][0]
+    amount = page.locator("#movements tbody tr").first.locator("td").nth(3)
+    expect(amount).to_have_text(f"{first['amount']} {first['currency']}")
+    balances = page.locator("#accounts tbody td:nth-child(4)").all_text_contents()
+    assert sorted(balances) == sorted(f"{a['balance']} {a['currency']}" for a in accounts)
+    assert page.locator("#live").get_attribute("data-last-event-id")  # events came over SSE
+    expect(page.locator("#customers button[data-customer='cust-1'] .badge")).to_have_text(
+        "all updated"
+    )
+    refresh_job = next(j for j in jobs if j["kind"] == "bank.refresh")
+    expect(page.locator("#jobs tbody tr").first).to_contain_text(refresh_job["id"][-10:])
+    expect(page.locator("#jobs tbody tr").first).to_contain_text("succeeded")
+
+    if SCREENSHOT:
+        page.screenshot(path=SCREENSHOT, full_page=True)
+
+    page.click("#movements-more")
+    expect(page.locator("#movements tbody tr")).to_have_count(min(2 * PAGE, total))
+    cells = page.locator("#movements tbody tr td:nth-child(3)")
+    shown = cells.evaluate_all("cells => cells.map((c) => c.title)")
+    assert shown == [m["description"] for m in every["movements"][: min(2 * PAGE, total)]]
+
+    # The key lives in this tab's sessionStorage only: never in a URL, never in localStorage.
+    assert page.evaluate("sessionStorage.getItem('scrapeflow.api-key')") == token
+    assert page.evaluate("localStorage.length") == 0
+    assert all(token not in r.url for r in seen.requests)
+    assert seen.foreign_requests() == []
+    assert seen.errors == []
+
+    page.click("#logout")
+    expect(page.locator("#login-view")).to_be_visible()
+    expect(page.locator("#dashboard-view")).to_be_hidden()
+    assert page.evaluate("sessionStorage.getItem('scrapeflow.api-key')") is None
+    assert "cust-1" not in page.content()
+
+
+def test_a_wrong_key_shows_the_api_message_and_no_data_and_missing_scopes_are_said(
+    browser: Browser, service: Service
+) -> None:
+    seen = visit(browser, service)
+    seen.refusals["/v1/customers"] = (401,)
+    page = seen.page
+    seen.sign_in("sf_notakey_0000000000000000")
+
+    expect(page.locator("#login-error")).to_have_text(
+        "a valid API key is needed: Authorization: Bearer sf_…"
+    )
+    expect(page.locator("#dashboard-view")).to_be_hidden()
+    assert "cust-1" not in page.content()
+    assert page.evaluate("sessionStorage.getItem('scrapeflow.api-key')") is None
+
+    # A valid key that may only read: everything readable shows, the rest says what it lacks.
+    seen.refusals["/v1/customers/cust-2/refresh"] = (403,)
+    seen.sign_in(key(service, "read"))
+    expect(page.locator("#customers button")).to_have_count(3)
+    page.click("#customers button[data-customer='cust-2']")
+    expect(page.locator("#accesses tbody tr")).to_have_count(len(BANKS))
+    page.get_by_role("button", name="Update accounts and movements").click()
+    expect(page.locator("#customer-panel .note")).to_have_text("this key lacks the refresh scope")
+    stats = page.locator("#stats-panel")
+    if stats.is_visible():  # the service has /v1/stats: it needs the metrics scope
+        expect(stats.locator(".note")).to_have_text("this key lacks the metrics scope")
+    assert seen.foreign_requests() == []
+    assert seen.errors == []
+
+
+def test_service_and_schedule_panels_show_what_the_api_says(
+    browser: Browser, service: Service
+) -> None:
+    token = key(service, "read", "metrics")
+    with api_client(service, "read", "metrics") as client:
+        schedule = client.get("/v1/schedule")
+        stats = client.get("/v1/stats")
+    seen = visit(browser, service)
+    page = seen.page
+    seen.sign_in(token)
+    expect(page.locator("#customers button")).to_have_count(3)
+    expect(page.locator("#jobs-panel")).to_be_visible()
+    if schedule.status_code == 404:
+        expect(page.locator("#schedule-panel")).to_be_hidden()
+    else:
+        body = schedule.json()
+        expect(page.locator("#schedule")).to_contain_text(body["cron"] or "off")
+        expect(page.locator("#schedule-state")).to_have_text(
+            "enabled" if body["enabled"] else "disabled"
+        )
+    if stats.status_code == 404:
+        expect(page.locator("#stats-panel")).to_be_hidden()
+    else:
+        expect(page.locator("#stats-tiles .tile")).to_have_count(8)
+        customers = page.locator("#stats-tiles .tile").nth(2).locator(".value")
+        expect(customers).to_have_text(str(stats.json()["customers"]))
+    assert seen.foreign_requests() == []
+    assert seen.errors == []
+
+
+def test_the_live_stream_resumes_with_last_event_id_after_the_service_restarts(
+    browser: Browser, service: Service
+) -> None:
+    token = key(service, "read", "refresh")
+    with api_client(service, "read", "refresh") as client:  # some history to resume after
+        client.post("/v1/customers/cust-3/refresh")
+        deadline = time.monotonic() + 60
+        while not client.get("/v1/customers/cust-3/status").json()["all_updated"]:
+            assert time.monotonic() < deadline, "cust-3 never updated"
+            time.sleep(0.1)
+    seen = visit(browser, service)
+    page = seen.page
+    seen.sign_in(token)
+    page.click("#customers button[data-customer='cust-3']")
+    live = page.locator("#live")
+    expect(live).to_have_attribute("data-state", "live")
+    expect(live).to_have_attribute("data-last-event-id", re.compile(r"^\d+$"))
+    last = live.get_attribute("data-last-event-id")
+
+    port = urlsplit(service.url).port
+    stop_service(service.process)
+    expect(live).to_have_attribute("data-state", "reconnecting", timeout=15_000)
+    service.process = restart_on(service, port)
+    expect(live).to_have_attribute("data-state", "live", timeout=30_000)
+
+    streams = [r for r in seen.requests if r.url.endswith("/v1/customers/cust-3/events")]
+    assert streams[0].headers.get("last-event-id") is None
+    assert streams[-1].headers.get("last-event-id") == last
+    # and it carries on: the next refresh shows up live, on the resumed stream
+    with page.expect_response(re.compile(r"/refresh$")) as answer:
+        page.get_by_role("button", name="Update accounts and movements").click()
+    job = answer.value.json()
+    expect(page.locator("#jobs tbody tr").first).to_contain_text(job["id"][-10:])
+    expect(page.locator("#jobs tbody tr").first).to_contain_text("succeeded", timeout=60_000)
+    expect(page.locator("#refresh-state")).to_have_text("all updated")
+    assert int(live.get_attribute("data-last-event-id") or 0) > int(last or 0)
+    assert seen.foreign_requests() == []
+
+
+def restart_on(service: Service, port: int | None) -> subprocess.Popen[str]:
+    """The service again, on the port the page knows (freed a moment ago: retry briefly)."""
+    deadline = time.monotonic() + 20
+    while True:
+        process = subprocess.Popen(
+            [sys.executable, "-m", "scrapeflow", "serve", "--port", str(port)],
+            env=service.env,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        assert process.stdout is not None
+        if process.stdout.readline().startswith("serving on "):
+            return process
+        stop_service(process)
+        assert time.monotonic() < deadline, "the service did not start again on its port"
+        time.sleep(0.5)
+
+
+# -- the routes ------------------------------------------------------------------------------
+
+
+def test_the_page_is_served_with_a_strict_policy_and_revalidated(service: Service) -> None:
+    with httpx.Client(base_url=service.url) as client:
+        page = client.get("/")
+        script = client.get("/static/dashboard.js")
+        style = client.get("/static/dashboard.css")
+        again = client.get(
+            "/static/dashboard.js", headers={"If-None-Match": script.headers["etag"]}
+        )
+        head = client.head("/")
+        schema = client.get("/openapi.json").json()
+
+    assert page.status_code == 200
+    assert page.headers["content-type"] == "text/html; charset=utf-8"
+    policy = page.headers["content-security-policy"]
+    assert "default-src 'self'" in policy
+    assert "frame-ancestors 'none'" in policy
+    assert "unsafe-inline" not in policy and "unsafe-eval" not in policy
+    assert page.headers["x-frame-options"] == "DENY"
+    assert page.headers["referrer-policy"] == "no-referrer"
+    assert page.headers["x-content-type-options"] == "nosniff"
+    assert page.headers["cache-control"] == "no-cache"
+    # no inline script, nothing from another host
+    assert re.findall(r"<script[^>]*>", page.text) == [
+        '<script type="module" src="/static/dashboard.js">'
+    ]
+    assert not re.search(r"(src|href)=\"(https?:)?//", page.text)
+
+    assert script.status_code == 200
+    assert script.headers["content-type"] == "text/javascript; charset=utf-8"
+    assert script.headers["content-security-policy"] == policy
+    assert style.headers["content-type"] == "text/css; charset=utf-8"
+    assert again.status_code == 304 and again.content == b""
+    assert head.status_code == 200 and head.content == b""
+    assert head.headers["content-length"] == str(len(page.content))
+    assert "/" not in schema["paths"] and not any(p.startswith("/static") for p in schema["paths"])
+
+
+@pytest.mark.parametrize(
+    "path",
+    [
+        "/static/../_app.py",
+        "/static/..%2f_app.py",
+        "/static/%2e%2e%2f_app.py",
+        "/static/%2e%2e/%2e%2e/config.py",
+        "/static/..%5c_app.py",
+        "/static/..\\_app.py",
+        "/static/%2fetc%2fpasswd",
+        "/static//etc/passwd",
+        "/static/",
+        "/static/.",
+        "/static/..",
+        "/static/dashboard.js%00.html",
+        "/static/__init__.py",
+        "/static/../routes/dashboard.py",
+    ],
+)
+def test_static_files_are_only_the_dashboards_own(service: Service, path: str) -> None:
+    where = urlsplit(service.url)
+    connection = http.client.HTTPConnection(where.hostname or "127.0.0.1", where.port, timeout=10)
+    try:
+        connection.request("GET", path)  # sent as written: no client-side normalising
+        answer = connection.getresponse()
+        body = answer.read()
+    finally:
+        connection.close()
+    assert answer.status == 404, (path, answer.status, body[:200])
+    assert b"import " not in body and b"root:" not in body
