@@ -43,12 +43,12 @@ def serve(
 
     import uvicorn
 
-    from scrapeflow.server import create_app
+    from scrapeflow.server import create_app, tcp_listener
 
     with input_errors():
         app = create_app(config)
     try:
-        listener = socket.create_server((config.api_host, config.api_port), reuse_port=False)
+        listener = tcp_listener(config.api_host, config.api_port)
     except OSError as exc:
         fail(f"cannot listen on {config.api_host}:{config.api_port}: {exc.strerror or exc}")
     bound_host, bound_port = listener.getsockname()[:2]

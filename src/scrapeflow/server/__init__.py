@@ -8,5 +8,6 @@ from __future__ import annotations
 
 from scrapeflow.server._app import create_app
 from scrapeflow.server._keys import ApiKey, Scope, create_key, find_key
+from scrapeflow.server._listen import tcp_listener
 
-__all__ = ["ApiKey", "Scope", "create_app", "create_key", "find_key"]
+__all__ = ["ApiKey", "Scope", "create_app", "create_key", "find_key", "tcp_listener"]

@@ -1,3 +1,27 @@
 """One routes module per resource: customers (status, refresh, accounts, movements), their
 sync and events, jobs, webhooks, the schedule, operations (health, readiness, metrics) and the
 dashboard's page."""
+
+from __future__ import annotations
+
+from scrapeflow.server.routes import (
+    customers,
+    dashboard,
+    events,
+    jobs,
+    operations,
+    schedule,
+    sync,
+    webhooks,
+)
+
+__all__ = [
+    "customers",
+    "dashboard",
+    "events",
+    "jobs",
+    "operations",
+    "schedule",
+    "sync",
+    "webhooks",
+]
