@@ -20,6 +20,7 @@ from datetime import date, datetime
 from decimal import Decimal
 
 from sqlalchemy import String, select
+from sqlalchemy.exc import IntegrityError
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
 from scrapeflow.banking._models import (
@@ -32,6 +33,7 @@ from scrapeflow.banking._models import (
 )
 from scrapeflow.banking._registry import get_scraper
 from scrapeflow.banking._results import ResultCode, ScrapeState
+from scrapeflow.banking._scraper import BasicScraper
 from scrapeflow.banking._vault import CredentialVault
 from scrapeflow.errors import InputError
 
@@ -200,11 +202,30 @@ async def add_access(
     """Add the customer's login at ``bank`` (a registered scraper), or change its password.
 
     The password is encrypted before it reaches the database. Re-adding an existing login
-    replaces the stored password (how a customer fixes "wrong credentials").
+    replaces the stored password (how a customer fixes "wrong credentials"). Two adds at once
+    (the bank's first accesses, or the same login twice) both succeed: the one that loses the
+    race to insert a row finds it on its second try.
     """
     scraper = get_scraper(bank)
     login = validate_login(login)
     secret = vault.encrypt(validate_password(password))
+    for attempt in range(3):
+        try:
+            return await _store_access(sessions, customer, bank, scraper, login, secret)
+        except IntegrityError:
+            if attempt == 2:
+                raise
+    raise AssertionError("unreachable")
+
+
+async def _store_access(
+    sessions: async_sessionmaker[AsyncSession],
+    customer: int | str,
+    bank: str,
+    scraper: type[BasicScraper],
+    login: str,
+    secret: bytes,
+) -> int:
     async with sessions() as session, session.begin():
         owner = await find_customer(session, customer)
         entity = await session.scalar(select(FinancialEntity).where(FinancialEntity.code == bank))
