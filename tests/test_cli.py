@@ -265,25 +265,6 @@ def test_ctrl_c_stops_cleanly_and_a_second_run_resumes(tmp_path: Path, slow_site
             assert slow_site.hits(url.removeprefix(slow_site.url)) == 1, "refetched after success"
 
 
-def test_demo_runs_and_exits_0(tmp_path: Path) -> None:
-    result = cli("demo", "--pages", "120", "--dir", str(tmp_path / "demo"), timeout=120)
-    assert result.returncode == 0, result.stderr
-    assert "scraping 120 pages from the plain site's sitemap" in result.stdout
-    assert "legacybank" in result.stdout  # the whole sandbox is up
-    assert "hot restart: 140 of 140 tasks skipped" in result.stdout
-    assert "SKIPPED" in result.stdout
-    # the bank half: four customers at three banks, one of them through an SMS code
-    text = " ".join(result.stdout.split())
-    assert "refreshing 4 demo customers at 3 banks at once" in text
-    assert "demo-2 at legacybank: the bank sent a code by SMS" in text
-    for customer in ("demo-1", "demo-2", "demo-3", "demo-7"):
-        assert f"{customer} holds EUR" in text
-    assert text.count(" success ") >= 4
-    assert "all 4 customers refreshed at once" in text
-    assert (tmp_path / "demo" / "banking.db").stat().st_size > 0
-    assert len(list((tmp_path / "demo" / "logs").iterdir())) == 4 + 1  # + the resumed access
-
-
 @pytest.mark.parametrize(
     "line",
     [

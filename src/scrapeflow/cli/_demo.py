@@ -2,15 +2,20 @@
 
 It starts the whole sandbox on loopback (plain site, feed, three banks), reads the plain site's
 sitemap and scrapes its pages and the first pages of some feed profiles with a progress bar,
-prints the summary, then runs again to show the hot restart (everything skipped). Then it
-refreshes demo customers at the three sandbox banks at once (``scrapeflow.cli._bankdemo``): live
-progress, their accounts and movements, and the timings beside the seed's 10 s / 30 s targets.
+prints the summary, then runs again to show the hot restart (everything skipped). Then it starts
+the service in this process (``_demoservice``) and, as a client of its API (``_democlient``),
+refreshes demo customers at the three sandbox banks at once: live progress from the event
+streams, then their accounts and movements and the timings beside the seed's 10 s / 30 s
+targets (``_demoreport``). With ``serve``, the sandbox and the service stay up until Ctrl-C or
+SIGTERM, for the dashboard and the API.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import shutil
+import socket
 import tempfile
 import time
 from pathlib import Path
@@ -21,9 +26,13 @@ from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
-from scrapeflow.cli._bankdemo import run_bank_demo
+from scrapeflow.cli._common import run_async
+from scrapeflow.cli._democlient import DEMO_CUSTOMERS, refresh_demo_customers
+from scrapeflow.cli._demoreport import print_customers
+from scrapeflow.cli._demoservice import BANKS, DemoService, ServiceThread
 from scrapeflow.cli._display import scrape_with_display, summary_table
 from scrapeflow.sandbox import Sandbox, SandboxConfig
+from scrapeflow.sandbox.banks import DEFAULT_BANK_LATENCY_MS
 from scrapeflow.status import summarize
 from scrapeflow.urllist import url_key
 
@@ -56,48 +65,118 @@ async def _xml(session: aiohttp.ClientSession, url: str) -> ElementTree.Element:
         return ElementTree.fromstring(await response.read())  # noqa: S314
 
 
-def run_demo(*, pages: int, directory: Path | None, out: Console, err: Console) -> int:
-    """Run the demo; returns the process exit code (0 when every page was scraped)."""
+def run_demo(
+    *,
+    pages: int,
+    directory: Path | None,
+    listener: socket.socket,
+    serve: bool,
+    out: Console,
+    err: Console,
+) -> int:
+    """Run the demo; the process exit code (0 when every page was scraped and every access
+    succeeded). The service listens on ``listener``; with ``serve`` it and the sandbox stay up
+    after the run until Ctrl-C or SIGTERM."""
     config = SandboxConfig(
         hostility="none", latency_ms=_DEMO_LATENCY_MS, plain_pages=max(pages, 1000)
     )
     keep = directory is not None
     workdir = directory if directory is not None else Path(tempfile.mkdtemp(prefix="sf-demo-"))
     try:
-        with Sandbox.in_thread(config) as sandbox:
+        with Sandbox.in_thread(config) as sandbox, ServiceThread(sandbox, workdir, listener) as up:
             _print_sites(out, sandbox)
-            urls = asyncio.run(sitemap_urls(sandbox.urls["plain"], pages))
-            feed = [f"{sandbox.urls['feed']}/u/user{n:04d}?page=1" for n in range(_FEED_PROFILES)]
-            out.print(
-                f"scraping {len(urls):,} pages from the plain site's sitemap and the first page "
-                f"of {len(feed)} feed profiles into {escape(str(workdir))}"
-            )
-            tasks = [(url_key(u), {"url": u}) for u in [*urls, *feed]]
-            first = scrape_with_display(
-                tasks, workdir, total=len(tasks), console=err, parallelism=50, timeout=30
-            )
-            out.print(first.summary())
-            started = time.perf_counter()
-            second = scrape_with_display(
-                tasks,
-                workdir,
-                total=len(tasks),
-                console=err,
-                parallelism=50,
-                timeout=30,
-                description="hot restart",
-            )
-            done = second.last.skipped if second.last else 0
-            out.print(
-                f"hot restart: {done:,} of {len(tasks):,} tasks skipped (done before) "
-                f"in {time.perf_counter() - started:.2f} s"
-            )
-            out.print(summary_table(summarize(workdir), title="status_summary"))
-            banks_failed = run_bank_demo(sandbox, workdir, out, kept=keep)
-        return 1 if first.failed or banks_failed else 0
+            scraped = _scrape_sandbox(sandbox, pages, workdir, out, err)
+            for bank in BANKS:  # realistic banks, from here on
+                sandbox.sites[bank].guard.latency_ms = DEFAULT_BANK_LATENCY_MS
+            service = up.ready()
+            refreshed = _refresh_through_service(sandbox, service, workdir, out, kept=keep)
+            if serve:
+                _serve_until_stopped(service, out)
+        return 0 if scraped and refreshed else 1
     finally:
         if not keep:
             shutil.rmtree(workdir, ignore_errors=True)
+
+
+def _scrape_sandbox(
+    sandbox: Sandbox, pages: int, workdir: Path, out: Console, err: Console
+) -> bool:
+    """Scrape the plain site's pages and some feed profiles, then again (the hot restart);
+    True when every task succeeded."""
+    urls = asyncio.run(sitemap_urls(sandbox.urls["plain"], pages))
+    feed = [f"{sandbox.urls['feed']}/u/user{n:04d}?page=1" for n in range(_FEED_PROFILES)]
+    out.print(
+        f"scraping {len(urls):,} pages from the plain site's sitemap and the first page "
+        f"of {len(feed)} feed profiles into {escape(str(workdir))}"
+    )
+    tasks = [(url_key(u), {"url": u}) for u in [*urls, *feed]]
+    first = scrape_with_display(
+        tasks, workdir, total=len(tasks), console=err, parallelism=50, timeout=30
+    )
+    out.print(first.summary())
+    started = time.perf_counter()
+    second = scrape_with_display(
+        tasks,
+        workdir,
+        total=len(tasks),
+        console=err,
+        parallelism=50,
+        timeout=30,
+        description="hot restart",
+    )
+    done = second.last.skipped if second.last else 0
+    out.print(
+        f"hot restart: {done:,} of {len(tasks):,} tasks skipped (done before) "
+        f"in {time.perf_counter() - started:.2f} s"
+    )
+    out.print(summary_table(summarize(workdir), title="status_summary"))
+    return not first.failed
+
+
+def _refresh_through_service(
+    sandbox: Sandbox, service: DemoService, workdir: Path, out: Console, *, kept: bool
+) -> bool:
+    """The bank half, through the API; True when every access succeeded."""
+    low, high = DEFAULT_BANK_LATENCY_MS
+    out.print(
+        f"\nthe service listens on {service.url}: its API adds {len(DEMO_CUSTOMERS)} demo "
+        f"customers with an access at each of the {len(BANKS)} banks and refreshes them all at "
+        f"once ({low:.0f}-{high:.0f} ms a bank answer); live, from its event streams:"
+    )
+    try:
+        runs = run_async(refresh_demo_customers(sandbox, service, out))
+    except KeyboardInterrupt:
+        out.print("interrupted: the service lets the refreshes under way end (10 s at most)")
+        raise
+    print_customers(out, runs)
+    where = (
+        f"the database is {escape(str(workdir / 'bank.db'))}, one log per launch in "
+        f"{escape(str(workdir / 'logs'))}"
+        if kept
+        else "--dir DIR keeps the database and the launch logs"
+    )
+    out.print(where)
+    return all(run.ok for run in runs)
+
+
+def _serve_until_stopped(service: DemoService, out: Console) -> None:
+    """Print where the dashboard is and the admin key (on the terminal only, once), then wait
+    for Ctrl-C or SIGTERM."""
+
+    async def forever() -> None:
+        await asyncio.Event().wait()
+
+    out.print(f"dashboard: {service.url}/", highlight=False, soft_wrap=True)
+    out.print(
+        f"admin API key (shown once, stored hashed): {service.admin_key}",
+        markup=False,
+        highlight=False,
+        soft_wrap=True,
+    )
+    out.print("the sandbox and the service run until Ctrl-C (or SIGTERM)")
+    with contextlib.suppress(KeyboardInterrupt):
+        run_async(forever())
+    out.print("stopping the service and the sandbox")
 
 
 def _print_sites(out: Console, sandbox: Sandbox) -> None:
