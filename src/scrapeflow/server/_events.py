@@ -2,8 +2,13 @@
 SSE. A client that reconnects with ``Last-Event-ID`` gets exactly what it missed: the stream is
 a read of the stored log from that id on, so nothing is lost and nothing comes twice.
 
-Ids increase in commit order: this process appends under one lock, so an event never becomes
-visible after one with a higher id (a reader at id N never skips a late N-1).
+Ids increase in commit order: one writer task of this process stores the events appended
+meanwhile, in order, in one transaction at a time (a group commit: a hundred refreshes' events
+cost a few transactions, not a hundred), so an event never becomes visible after one with a
+higher id (a reader at id N never skips a late N-1). ``append`` returns once its event is stored.
+
+A stream wakes only for events of its own customer or job; it also looks every ``poll`` seconds
+for events another process wrote.
 
 An ``outbox`` hook runs inside the transaction that stores the event: what it writes (the
 webhook deliveries the event calls for) commits with the event or not at all.
@@ -13,7 +18,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator, Mapping
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
@@ -87,6 +92,18 @@ class Event:
         }
 
 
+@dataclass(frozen=True, slots=True)
+class _NewEvent:
+    kind: str
+    data: dict[str, Any]
+    customer: str | None
+    job_id: str | None
+    at: datetime
+
+
+_BATCH = 500
+"""Events stored in one transaction at most."""
+
 Outbox = Callable[[AsyncConnection, Event], Awaitable[None]]
 """Writes what must be sent about a new event, on the connection (and in the transaction)
 that stores it."""
@@ -102,8 +119,10 @@ class EventLog:
         self.poll = poll
         """How often a stream looks for events written by another process."""
         self.outbox = outbox
-        self._lock = asyncio.Lock()
+        self._pending: list[tuple[_NewEvent, asyncio.Future[int]]] = []
+        self._writer: asyncio.Task[None] | None = None
         self._changed = asyncio.Event()
+        self._watchers: dict[tuple[str, str], set[asyncio.Event]] = {}
 
     @property
     def next_change(self) -> asyncio.Event:
@@ -123,25 +142,84 @@ class EventLog:
         customer: str | None = None,
         job_id: str | None = None,
     ) -> int:
-        """Store one event, and what the outbox writes for it, in one transaction; its id."""
-        at = datetime.now(UTC)
-        async with self._lock, self.engine.begin() as connection:
-            done = await connection.execute(
-                insert(events_table).values(
-                    customer=customer, job_id=job_id, kind=kind, data=dict(data), at=at
+        """Store one event, and what the outbox writes for it, in one transaction; its id.
+        Events appended at the same time share the transaction (in the order appended)."""
+        new = _NewEvent(kind, dict(data), customer, job_id, datetime.now(UTC))
+        stored: asyncio.Future[int] = asyncio.get_running_loop().create_future()
+        self._pending.append((new, stored))
+        if self._writer is None or self._writer.done():
+            self._writer = asyncio.create_task(self._write_pending(), name="event log writer")
+        # The writer runs on if this caller is cancelled: the others' events are in its batch.
+        return await asyncio.shield(stored)
+
+    async def _write_pending(self) -> None:
+        while self._pending:
+            batch, self._pending = self._pending[:_BATCH], self._pending[_BATCH:]
+            try:
+                events = await self._store([new for new, _ in batch])
+            except BaseException as exc:
+                cancelled = isinstance(exc, asyncio.CancelledError)
+                failed = batch + (self._pending if cancelled else [])
+                if cancelled:
+                    self._pending = []
+                for _, stored in failed:
+                    if not stored.done():
+                        stored.set_exception(exc)
+                if cancelled:
+                    raise
+                continue
+            for event, (_, stored) in zip(events, batch, strict=True):
+                if not stored.done():
+                    stored.set_result(event.id)
+            self._wake(events)
+
+    async def _store(self, batch: list[_NewEvent]) -> list[Event]:
+        stored = []
+        async with self.engine.begin() as connection:
+            for new in batch:
+                done = await connection.execute(
+                    insert(events_table).values(
+                        customer=new.customer,
+                        job_id=new.job_id,
+                        kind=new.kind,
+                        data=new.data,
+                        at=new.at,
+                    )
                 )
-            )
-            key = done.inserted_primary_key
-            if key is None:
-                raise RuntimeError("the database gave no id to a new event")
-            event_id = int(key[0])
-            if self.outbox is not None:
-                await self.outbox(
-                    connection, Event(event_id, kind, customer, job_id, dict(data), at)
-                )
+                key = done.inserted_primary_key
+                if key is None:
+                    raise RuntimeError("the database gave no id to a new event")
+                event = Event(int(key[0]), new.kind, new.customer, new.job_id, new.data, new.at)
+                if self.outbox is not None:
+                    await self.outbox(connection, event)
+                stored.append(event)
+        return stored
+
+    def _wake(self, events: list[Event]) -> None:
         self._changed.set()
         self._changed = asyncio.Event()
-        return event_id
+        for event in events:
+            for watch in (("customer", event.customer), ("job", event.job_id)):
+                if watch[1] is not None:
+                    for woken in self._watchers.get((watch[0], watch[1]), ()):
+                        woken.set()
+
+    @contextlib.contextmanager
+    def _watching(self, customer: str | None, job_id: str | None) -> Iterator[asyncio.Event]:
+        """An event set whenever this process stores an event of the customer or the job."""
+        woken = asyncio.Event()
+        keys = [k for k in (("customer", customer), ("job", job_id)) if k[1] is not None]
+        for key in keys:
+            self._watchers.setdefault((key[0], str(key[1])), set()).add(woken)
+        try:
+            yield woken
+        finally:
+            for key in keys:
+                watchers = self._watchers.get((key[0], str(key[1])))
+                if watchers is not None:
+                    watchers.discard(woken)
+                    if not watchers:
+                        del self._watchers[(key[0], str(key[1]))]
 
     async def job_changed(self, job: Job) -> None:
         """The job queue's listener: ``job.<state>`` with the job's progress and result."""
@@ -177,6 +255,11 @@ class EventLog:
             query = query.where(events_table.c.customer == customer)
         if job_id is not None:
             query = query.where(events_table.c.job_id == job_id)
+        # Shielded: a client that leaves mid-read cancels its stream, and a read cut there
+        # would drop its connection unclosed; the read ends by itself instead.
+        return await asyncio.shield(self._read(query))
+
+    async def _read(self, query: Any) -> list[Event]:
         async with self.engine.connect() as connection:
             rows = (await connection.execute(query)).all()
         return [Event(r.id, r.kind, r.customer, r.job_id, dict(r.data or {}), r.at) for r in rows]
@@ -189,16 +272,17 @@ class EventLog:
         job_id: str | None = None,
     ) -> AsyncIterator[Event]:
         """Events after ``after_id``, as they come; a job's stream ends with its final event."""
-        while True:
-            changed = self.next_change
-            batch = await self.after(after_id, customer=customer, job_id=job_id)
-            for event in batch:
-                after_id = event.id
-                yield event
-                if job_id is not None and event.kind in FINAL_JOB_EVENTS:
-                    return
-            if batch:
-                continue
-            with contextlib.suppress(TimeoutError):
-                async with asyncio.timeout(self.poll):
-                    await changed.wait()
+        with self._watching(customer, job_id) as woken:
+            while True:
+                woken.clear()  # before the read: an event stored after it sets it again
+                batch = await self.after(after_id, customer=customer, job_id=job_id)
+                for event in batch:
+                    after_id = event.id
+                    yield event
+                    if job_id is not None and event.kind in FINAL_JOB_EVENTS:
+                        return
+                if batch:
+                    continue
+                with contextlib.suppress(TimeoutError):
+                    async with asyncio.timeout(self.poll):
+                        await woken.wait()
