@@ -36,6 +36,14 @@ class MemoryJobStore:
         self._jobs[job.id] = _copy(job)
         return job
 
+    async def active(self, key: str | None) -> Job | None:
+        if key is None:
+            return None
+        for job in self._jobs.values():
+            if job.dedupe_key == key and job.state in ACTIVE_STATES:
+                return _copy(job)
+        return None
+
     async def get(self, job_id: str) -> Job | None:
         job = self._jobs.get(job_id)
         return None if job is None else _copy(job)
@@ -56,6 +64,12 @@ class MemoryJobStore:
             and (before is None or j.id < before)
         ]
         return found[:limit]
+
+    async def counts(self) -> dict[tuple[str, JobState], int]:
+        found: dict[tuple[str, JobState], int] = {}
+        for job in self._jobs.values():
+            found[(job.kind, job.state)] = found.get((job.kind, job.state), 0) + 1
+        return found
 
     async def tally(self, job_ids: Collection[str]) -> JobTally:
         tally = JobTally()

@@ -52,6 +52,8 @@ class JobQueue(Protocol):
 
     async def get(self, job_id: str) -> Job: ...
 
+    async def active(self, dedupe_key: str) -> Job | None: ...
+
     async def find(
         self,
         *,
@@ -62,6 +64,8 @@ class JobQueue(Protocol):
     ) -> list[Job]: ...
 
     async def tally(self, job_ids: Collection[str]) -> JobTally: ...
+
+    async def counts(self) -> dict[tuple[str, JobState], int]: ...
 
     async def cancel(self, job_id: str) -> Job: ...
 
@@ -231,6 +235,15 @@ class EmbeddedJobQueue:
         before: str | None = None,
     ) -> list[Job]:
         return await self.store.find(kind=kind, states=states, limit=limit, before=before)
+
+    async def active(self, dedupe_key: str) -> Job | None:
+        """The queued or running job that holds ``dedupe_key`` (what :meth:`submit` with that
+        key would return), or None."""
+        return await self.store.active(dedupe_key)
+
+    async def counts(self) -> dict[tuple[str, JobState], int]:
+        """How many jobs there are of each kind in each state (what metrics show)."""
+        return await self.store.counts()
 
     async def tally(self, job_ids: Collection[str]) -> JobTally:
         """How many of ``job_ids`` are in each state (unknown ids are left out), and when the

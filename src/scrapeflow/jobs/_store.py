@@ -65,6 +65,7 @@ jobs_table = Table(
     # same on every dialect, where a partial index would not.
     Index("ix_scrapeflow_jobs_active_key", "active_key", unique=True),
     Index("ix_scrapeflow_jobs_state_created", "state", "created_at"),
+    Index("ix_scrapeflow_jobs_kind_state", "kind", "state"),
 )
 
 
@@ -81,6 +82,9 @@ class JobStore(Protocol):
         """Store a new job; if an active job holds its ``dedupe_key``, return that one."""
 
     async def get(self, job_id: str) -> Job | None: ...
+
+    async def active(self, key: str | None) -> Job | None:
+        """The queued or running job holding dedupe key ``key``, if any (None for None)."""
 
     async def find(
         self,
@@ -122,6 +126,9 @@ class JobStore(Protocol):
 
     async def tally(self, job_ids: Collection[str]) -> JobTally:
         """How many of these jobs are in each state, and when the last ended."""
+
+    async def counts(self) -> dict[tuple[str, JobState], int]:
+        """How many jobs there are of each kind in each state (pairs with none left out)."""
 
     async def cancel(self, job_id: str, now: datetime) -> Job | None:
         """Cancel a queued job at once; ask a running one to stop. The job after, or None."""
@@ -165,7 +172,7 @@ class SqlJobStore:
                 async with self.engine.begin() as connection:
                     await connection.execute(insert(jobs_table).values(**_row(job)))
             except IntegrityError:
-                existing = await self._active(job.dedupe_key)
+                existing = await self.active(job.dedupe_key)
                 if existing is not None:
                     return existing
                 if job.dedupe_key is None:
@@ -174,7 +181,7 @@ class SqlJobStore:
             return job
         raise RuntimeError(f"could not store job {job.id}: its dedupe key keeps changing hands")
 
-    async def _active(self, key: str | None) -> Job | None:
+    async def active(self, key: str | None) -> Job | None:
         if key is None:
             return None
         async with self.engine.connect() as connection:
@@ -208,6 +215,14 @@ class SqlJobStore:
         async with self.engine.connect() as connection:
             rows = (await connection.execute(query)).all()
         return [_job(r._mapping) for r in rows]
+
+    async def counts(self) -> dict[tuple[str, JobState], int]:
+        c = jobs_table.c
+        async with self.engine.connect() as connection:
+            rows = await connection.execute(
+                select(c.kind, c.state, func.count()).group_by(c.kind, c.state)
+            )
+            return {(kind, JobState(state)): count for kind, state, count in rows}
 
     async def tally(self, job_ids: Collection[str]) -> JobTally:
         ids = list(job_ids)

@@ -16,7 +16,7 @@ from fastapi.responses import JSONResponse
 from pydantic import BeforeValidator
 
 from scrapeflow.banking import BANK_OTP, BANK_REFRESH, otp_key, refresh_key
-from scrapeflow.jobs import ACTIVE_STATES, Job
+from scrapeflow.jobs import Job
 from scrapeflow.server._deps import State, caller_with, check_customer
 from scrapeflow.server._keys import ApiKey, Scope
 from scrapeflow.server._problems import Problem
@@ -103,10 +103,7 @@ async def known_customer(state: State, customer: str) -> None:
 
 
 async def _active_refresh(state: State, customer: str) -> Job | None:
-    for job in await state.queue.find(kind=BANK_REFRESH, states=tuple(ACTIVE_STATES), limit=1000):
-        if job.params.get("customer") == customer:
-            return job
-    return None
+    return await state.queue.active(refresh_key(customer))
 
 
 @router.get("", response_model=list[CustomerOut])
