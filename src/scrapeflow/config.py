@@ -201,13 +201,19 @@ class Settings(BaseSettings):
     @field_validator("schedule")
     @classmethod
     def _check_schedule(cls, value: str) -> str:
-        from croniter import croniter
+        from datetime import UTC, datetime
+
+        from croniter import CroniterBadDateError, croniter
 
         value = " ".join(value.split())
         if value.lower() in ("", "off"):
             return "off"
         if len(value.split()) != 5 or not croniter.is_valid(value):
             raise ValueError("must be a five-field cron expression ('0 4 * * *') or 'off'")
+        try:  # February 31st is valid cron, and never comes
+            croniter(value, datetime(2026, 1, 1, tzinfo=UTC)).get_next(datetime)
+        except CroniterBadDateError:
+            raise ValueError("the cron expression never fires") from None
         return value
 
     @field_validator("schedule_timezone")

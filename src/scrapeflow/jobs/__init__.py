@@ -18,7 +18,8 @@ from __future__ import annotations
 from scrapeflow.jobs._memory import MemoryJobStore
 from scrapeflow.jobs._model import ACTIVE_STATES, Job, JobState, JobTally, new_job_id
 from scrapeflow.jobs._runner import EmbeddedJobQueue, JobContext, JobHandler, JobKinds, JobQueue
-from scrapeflow.jobs._schedule import DailySchedule, Scheduler, ScheduleRun
+from scrapeflow.jobs._schedule import DailySchedule
+from scrapeflow.jobs._scheduler import Scheduler, ScheduleRun
 from scrapeflow.jobs._store import JobStore, SqlJobStore, jobs_table
 
 __all__ = [

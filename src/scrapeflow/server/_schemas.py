@@ -420,6 +420,8 @@ class ScheduleRunOut(BaseModel):
     """Customers in the run."""
     submitted: int
     """Their refreshes queued so far (spread over the window)."""
+    expired: int
+    """Customers whose refresh could not be queued within a day of its time (see the log)."""
     due_until: datetime | None
     """When the last customer's refresh is due."""
     jobs: dict[str, int]
@@ -436,12 +438,12 @@ class ScheduleOut(BaseModel):
     window_minutes: float
     """Minutes the run's refreshes are spread over."""
     next_run: datetime | None
-    """The next fire (null when off)."""
+    """When the next run starts (null when off)."""
     checked_at: datetime | None
     """When this service last looked for what is due (about once a minute; null when off)."""
     last_run: ScheduleRunOut | None
     runs: list[ScheduleRunOut]
-    """The last seven runs, newest first."""
+    """The last runs (``?runs=``, 7 by default), newest first."""
 
 
 class RemovedOut(BaseModel):
