@@ -230,10 +230,14 @@ async def status(customer: CustomerId, state: State, key: CustomerReader) -> Cus
     true once no refresh is queued or running and every access has ended."""
     from scrapeflow.banking import ScrapeState, accesses_of, find_customer
 
+    # Accesses first: a launch claims the customer before its accesses and the watchdog frees
+    # both at once, so a customer read after its accesses is never older than they are (read
+    # the other way round, a reset landing in between showed idle accesses of a customer still
+    # in progress).
+    accesses = await accesses_of(state.sessions, customer)
     async with state.sessions() as session:
         row = await find_customer(session, customer)
         customer_state = ScrapeState(row.scrape_state)
-    accesses = await accesses_of(state.sessions, customer)
     job = await _active_refresh(state, customer)
     busy = job is not None or any(a.state is ScrapeState.IN_PROGRESS for a in accesses)
     return CustomerStatus(
