@@ -137,6 +137,21 @@ def test_a_restricted_key_sees_only_its_customers_refreshes(service: Service) ->
         assert own.get(f"/v1/jobs/{mine['id']}").status_code == 200
 
 
+def test_a_restricted_key_reads_nothing_counted_over_every_customer(service: Service) -> None:
+    # An admin key restricted to a customer has the metrics scope, but not over the others.
+    with service.client("admin", customer="cust-1") as restricted:
+        for path in ("/metrics", "/v1/stats"):
+            refused = restricted.get(path)
+            problem(refused, 403, "forbidden")
+            assert "every customer" in refused.json()["detail"]
+        assert restricted.get("/v1/customers/cust-1").status_code == 200  # its own: yes
+    with service.client("read", customer="cust-1") as reader:
+        problem(reader.get("/v1/schedule"), 403, "forbidden")
+    with service.client("read") as reader, service.client("metrics") as watcher:
+        assert reader.get("/v1/schedule").status_code == 200
+        assert watcher.get("/v1/stats").status_code == 200
+
+
 def test_an_operator_creates_a_key_with_the_cli_and_it_works(service: Service) -> None:
     import subprocess
     import sys
@@ -169,3 +184,17 @@ def test_an_operator_creates_a_key_with_the_cli_and_it_works(service: Service) -
     assert bad.stderr.strip() == (
         "error: unknown scope 'root' (scopes: read, refresh, jobs, metrics, admin)"
     )
+    command = ["keys", "create", "--scope", "metrics", "--customer", "cust-1"]
+    restricted = subprocess.run(
+        [sys.executable, "-m", "scrapeflow", *command],
+        env=service.env,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert restricted.returncode == 2
+    assert restricted.stderr.strip() == (
+        "error: the metrics scope covers every customer: "
+        "a key restricted to customers cannot have it"
+    )
+    assert "sf_" not in restricted.stdout

@@ -3,22 +3,30 @@ read from a real ``scrapeflow serve`` as an operator and Prometheus see them."""
 
 from __future__ import annotations
 
+import asyncio
 import json
+import logging
+import socket
 import sqlite3
 import subprocess
 import sys
 import time
 from collections.abc import Callable
 from pathlib import Path
+from types import SimpleNamespace
 from typing import Any
 
 import httpx
+import pytest
 from alembic.script import ScriptDirectory
 from prometheus_client.parser import text_string_to_metric_families
 from yarl import URL
 
 from scrapeflow.banking import MIGRATIONS_DIR
+from scrapeflow.db import create_engine
 from scrapeflow.sandbox import Sandbox
+from scrapeflow.server._problems import Problem
+from scrapeflow.server.routes.operations import readyz
 
 from .conftest import BANKS, Service, stop_service
 
@@ -61,6 +69,20 @@ def _ended(job: dict[str, Any]) -> dict[str, Any] | None:
     return job if job["state"] not in ("queued", "running") else None
 
 
+def raw_request(url: str, method: str, path: str) -> bytes:
+    """One request as sent on the wire (any method token, as h11 takes), its whole answer."""
+    host, port = URL(url).host, URL(url).port
+    assert host is not None and port is not None
+    with socket.create_connection((host, port), timeout=10) as connection:
+        connection.sendall(
+            f"{method} {path} HTTP/1.1\r\nHost: {host}\r\nConnection: close\r\n\r\n".encode()
+        )
+        answer = b""
+        while chunk := connection.recv(65536):
+            answer += chunk
+    return answer
+
+
 def poll(check: Callable[[], Any], seconds: float = 15) -> Any:
     """``check()`` until it gives something truthy, at most ``seconds``."""
     deadline = time.monotonic() + seconds
@@ -96,6 +118,37 @@ def test_readyz_is_ready_then_names_migrations_behind(service: Service) -> None:
         with sqlite3.connect(database) as connection:
             connection.execute("UPDATE alembic_version SET version_num = ?", (head,))
     assert httpx.get(f"{service.url}/readyz").status_code == 200
+
+
+def test_readyz_says_only_database_unreachable_and_logs_the_reason(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    with socket.create_server(("127.0.0.1", 0)) as closed:
+        port = closed.getsockname()[1]
+    url = f"postgresql+asyncpg://alice:pw-s3cret@127.0.0.1:{port}/bank"
+
+    async def ask() -> Problem:
+        engine = create_engine(url)
+        try:
+            await readyz(SimpleNamespace(settings=SimpleNamespace(db_url=url), engine=engine))
+        except Problem as problem:
+            return problem
+        finally:
+            await engine.dispose()
+        raise AssertionError("ready with no database")
+
+    caplog.set_level(logging.WARNING, logger="scrapeflow.server")
+    problem = asyncio.run(ask())
+    assert (problem.status, problem.type, problem.detail) == (
+        503,
+        "not-ready",
+        "database unreachable",
+    )
+    [record] = [r for r in caplog.records if r.name.startswith("scrapeflow.server")]
+    assert record.levelno == logging.WARNING
+    assert record.msg["event"] == "database unreachable"
+    assert record.msg["reason"]  # the driver's, for the operator
+    assert "pw-s3cret" not in record.getMessage()
 
 
 def test_metrics_parse_and_move_with_a_real_refresh(service: Service, sandbox: Sandbox) -> None:
@@ -137,6 +190,24 @@ def test_metrics_parse_and_move_with_a_real_refresh(service: Service, sandbox: S
     )
     # the first scrape is counted by the time of the second
     assert total(after, "scrapeflow_api_requests_total", route="/metrics", status="200") >= 1
+
+
+def test_unknown_methods_count_as_one_series(service: Service) -> None:
+    for n in range(5):  # any token is a method to h11: each would be a series of its own
+        assert raw_request(service.url, f"X{n}", "/nope").startswith(b"HTTP/1.1 404 ")
+    with service.client("metrics") as prometheus:
+        # counted once answered, which the client may see first
+        poll(
+            lambda: total(scrape(prometheus), "scrapeflow_api_requests_total", method="other") == 5
+        )
+        samples = scrape(prometheus)
+    methods = {
+        dict(labels)["method"]
+        for name, labels in samples
+        if name == "scrapeflow_api_requests_total"
+    }
+    assert methods == {"GET", "other"}  # the scrapes, and every other method
+    assert total(samples, "scrapeflow_api_requests_total", method="other", route="unmatched") == 5
 
 
 def test_stats_have_the_dashboards_shape_and_move(service: Service, sandbox: Sandbox) -> None:
@@ -225,6 +296,7 @@ def test_access_log_names_the_key_never_the_token(service: Service, tmp_path: Pa
         == 401
     )
     assert httpx.get(f"{url}/healthz").status_code == 200
+    assert raw_request(url, "SECRET-VERB", "/nope").startswith(b"HTTP/1.1 404 ")
     stop_service(process)
 
     text = log.read_text()
@@ -241,7 +313,9 @@ def test_access_log_names_the_key_never_the_token(service: Service, tmp_path: Pa
         ("GET", "/v1/customers/{customer}/movements", 422, key_id),
         ("GET", "/v1/jobs", 401, None),
         ("GET", "/healthz", 200, None),
+        ("other", "unmatched", 404, None),
     }
+    assert "SECRET-VERB" not in text
     for row in access:
         assert row["level"] == "info"
         assert row["client"] == "127.0.0.1"

@@ -2,7 +2,8 @@
 
 Each :class:`HttpClient` keeps its own :class:`Stats`; :func:`process_traffic` adds up, per
 host, every client of this process since it started (the ones still open and the ones gone),
-for a service's metrics: read-only, nothing to register or reset.
+for a service's metrics: read-only, nothing to register or reset. The clients gone are kept
+for a few hundred hosts at most, the busiest; the others are summed as ``other``.
 """
 
 from __future__ import annotations
@@ -15,6 +16,13 @@ from typing import Any
 __all__ = ["HostTraffic", "Stats", "TrafficStats", "process_traffic"]
 
 _LATENCY_WINDOW = 2048
+_MAX_RETIRED = 400
+"""Hosts of the clients gone that are kept by name; past it, the least busy are folded."""
+_KEPT_ON_FOLD = 300
+"""Hosts kept by name after a fold: a fold sorts, so it happens once per 100 new hosts, not at
+each client that goes."""
+_OTHER_HOSTS = "other"
+"""The host of the traffic summed over hosts not kept by name (no ``host:port`` is this)."""
 
 
 @dataclass
@@ -151,15 +159,34 @@ class HostTraffic:
 _open: weakref.WeakValueDictionary[int, Stats] = weakref.WeakValueDictionary()
 """The stats alive, by identity (a dataclass that compares by value is not hashable)."""
 _retired: dict[str, HostTraffic] = {}
+"""What the clients gone did, per host: at most ``_MAX_RETIRED`` hosts and ``other``."""
 
 
 def _retire(hosts: dict[str, TrafficStats]) -> None:
     for host, traffic in hosts.items():
         _retired[host] = _retired.get(host, HostTraffic()) + HostTraffic.of(traffic)
+    if len(_retired) > _MAX_RETIRED:
+        _fold()
+
+
+def _fold() -> None:
+    """Sum the least busy retired hosts into ``other``, keeping ``_KEPT_ON_FOLD`` by name."""
+    # A copy first, then one host at a time: a client retiring meanwhile (a finalizer run by
+    # the garbage collector) adds to its host's entry, and that entry, popped later or kept,
+    # loses nothing.
+    named = sorted(
+        (item for item in list(_retired.items()) if item[0] != _OTHER_HOSTS),
+        key=lambda item: (-item[1].requests, item[0]),
+    )
+    for host, _ in named[_KEPT_ON_FOLD:]:
+        gone = _retired.pop(host, None)
+        if gone is not None:
+            _retired[_OTHER_HOSTS] = _retired.get(_OTHER_HOSTS, HostTraffic()) + gone
 
 
 def process_traffic() -> dict[str, HostTraffic]:
-    """Per host (``host:port``), what every HTTP client of this process did since it started.
+    """Per host (``host:port``), what every HTTP client of this process did since it started;
+    the clients gone count for a few hundred hosts at most, the rest under ``other``.
 
     >>> process_traffic().get("127.0.0.1:8080")  # doctest: +SKIP
     HostTraffic(requests=12, ok=12, retries=0, bans=0, ...)

@@ -1,9 +1,10 @@
 """The access log: one line per request, at INFO, on the logger ``scrapeflow.server.access``.
 
-A line holds the method, the route template (``/v1/customers/{customer}``, never the path as
-sent, never its query), the status, the duration in milliseconds, the client's address and the
-id of the API key that authenticated (never the token or any header). An event stream's line
-comes when the stream ends. The same answer is counted in the app's metrics.
+A line holds the method (``other`` for one the API does not know), the route template
+(``/v1/customers/{customer}``, never the path as sent, never its query), the status, the
+duration in milliseconds, the client's address and the id of the API key that authenticated
+(never the token or any header). An event stream's line comes when the stream ends. The same
+answer is counted in the app's metrics.
 
 A pure ASGI middleware: it watches the ``http.response.start`` message go by and changes nothing,
 so streamed answers stream as before.
@@ -16,7 +17,7 @@ import time
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from scrapeflow._util.logs import get_logger
-from scrapeflow.server._metrics import UNMATCHED, ServiceMetrics
+from scrapeflow.server._metrics import UNMATCHED, ServiceMetrics, method_label
 
 __all__ = ["AccessLog"]
 
@@ -57,7 +58,7 @@ class AccessLog:
             client = scope.get("client")
             _log.info(
                 "request",
-                method=scope["method"],
+                method=method_label(scope["method"]),
                 route=route,
                 status=status,
                 duration_ms=round(seconds * 1000, 1),

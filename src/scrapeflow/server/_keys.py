@@ -5,7 +5,9 @@ its SHA-256 with a constant-time comparison. Only the hash is kept, so a leaked 
 no usable key. Scopes: ``read`` (customers, accounts, movements, jobs), ``refresh`` (start a
 refresh, give a one-time code), ``jobs`` (create and cancel fetch and run jobs), ``metrics``
 (``/metrics`` and ``/v1/stats``: counts, no customer data), ``admin`` (everything, and keys).
-A key restricted to customers sees and refreshes only those.
+A key restricted to customers sees and refreshes only those, and may read nothing that counts
+over every customer (the metrics, the schedule): such a key cannot have the ``metrics`` scope,
+and a restricted ``admin`` key is refused those endpoints.
 """
 
 from __future__ import annotations
@@ -93,6 +95,10 @@ async def create_key(
     wanted = sorted({c.strip() for c in customers if c.strip()})
     if any(len(c) > 64 or not c.isprintable() for c in wanted):
         raise InputError("a customer id is 1-64 printable characters")
+    if Scope.METRICS in chosen and wanted:
+        raise InputError(
+            "the metrics scope covers every customer: a key restricted to customers cannot have it"
+        )
     if len(name) > 200 or not name.isprintable():
         raise InputError("a key's name is at most 200 printable characters")
     key_id = secrets.token_hex(6)

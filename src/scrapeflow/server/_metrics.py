@@ -3,8 +3,8 @@
 Each app has its own :class:`ServiceMetrics` and its own ``CollectorRegistry`` (never the global
 one: several apps may live in one process). What the API answered is counted as it happens (by
 the access log middleware); the rest is read when asked, by :meth:`ServiceMetrics.read`: the
-job store and the outbox (from the database), the HTTP traffic and the write queues of this
-process (through their layers' read-only hooks), the machine (psutil).
+job queue's counts, the customers and the outbox (from the database), the HTTP traffic and the
+write queues of this process (through their layers' read-only hooks), the machine (psutil).
 """
 
 from __future__ import annotations
@@ -32,10 +32,11 @@ from scrapeflow.http import HostTraffic, process_traffic
 from scrapeflow.jobs import JobState
 from scrapeflow.server._state import ServiceState
 
-__all__ = ["Machine", "Readings", "ServiceMetrics", "service_metrics"]
+__all__ = ["Machine", "Readings", "ServiceMetrics", "method_label", "service_metrics"]
 
 UNMATCHED = "unmatched"
 """The route label of a request that reached no route (an unknown path, or refused before)."""
+_METHODS = frozenset({"GET", "HEAD", "POST", "PUT", "PATCH", "DELETE", "OPTIONS"})
 _MAX_HOSTS = 100
 """Hosts named in the metrics, the busiest first; the others are summed as ``other``."""
 
@@ -130,7 +131,7 @@ class ServiceMetrics:
         self.requests += 1
         if status >= 500:
             self.errors += 1
-        self._api_requests.labels(method, route, str(status)).inc()
+        self._api_requests.labels(method_label(method), route, str(status)).inc()
         if not streamed:
             self._api_latency.labels(route).observe(seconds)
 
@@ -144,24 +145,19 @@ class ServiceMetrics:
             self.sse_clients -= 1
 
     async def read(self, state: ServiceState) -> Readings:
-        """Everything, now (the job store, customers and outbox are read from the database)."""
+        """Everything, now (the job queue's counts, customers and outbox are read from the
+        database)."""
         from scrapeflow.banking import Customer, queued_writes
-        from scrapeflow.jobs import jobs_table
 
-        j = jobs_table.c
+        counted = await state.queue.counts()
         async with state.engine.connect() as connection:
-            counted = (
-                await connection.execute(
-                    select(j.kind, j.state, func.count()).group_by(j.kind, j.state)
-                )
-            ).all()
             customers = (
                 await connection.execute(select(func.count()).select_from(Customer))
             ).scalar_one()
         backlog = await state.webhooks.backlog()
         jobs: dict[str, dict[str, int]] = {}
-        for kind, job_state, count in counted:
-            jobs.setdefault(kind, {s.value: 0 for s in JobState})[job_state] = count
+        for (kind, job_state), count in counted.items():
+            jobs.setdefault(kind, {s.value: 0 for s in JobState})[job_state.value] = count
         machine = Machine.now(self._process)
         return Readings(
             jobs=dict(sorted(jobs.items())),
@@ -184,6 +180,13 @@ class ServiceMetrics:
         # Set and used with no await between: a concurrent scrape cannot swap it mid-way.
         self.latest = readings
         return encode(self.registry), content_type
+
+
+def method_label(method: str) -> str:
+    """``method`` as the metrics and the access log name it: one of the methods the API
+    knows, else ``other`` (any token is a method to HTTP: a client must not be able to make
+    a new series, or a new log value, with each request)."""
+    return method if method in _METHODS else "other"
 
 
 def service_metrics(request: Request) -> ServiceMetrics:

@@ -1,6 +1,8 @@
 """Running the service: ``/healthz`` (the process is up), ``/readyz`` (and its database is usable:
 reachable, migrations at the head), ``/metrics`` (Prometheus) and ``/v1/stats`` (the same
-numbers as JSON, for the dashboard). See ``docs/operations.md``."""
+numbers as JSON, for the dashboard). See ``docs/operations.md``.
+
+The metrics count over every customer: a key restricted to customers may not read them."""
 
 from __future__ import annotations
 
@@ -13,6 +15,7 @@ from sqlalchemy import text
 from sqlalchemy.engine import Connection, make_url
 from sqlalchemy.exc import ArgumentError, SQLAlchemyError
 
+from scrapeflow._util.logs import get_logger
 from scrapeflow._util.redact import redact
 from scrapeflow.server._deps import State, caller_with
 from scrapeflow.server._keys import ApiKey, Scope
@@ -23,7 +26,22 @@ from scrapeflow.server._schemas import StatsOut
 __all__ = ["healthz", "metrics", "readyz", "router", "stats"]
 
 router = APIRouter(tags=["operations"])
-Watcher = Annotated[ApiKey, Depends(caller_with(Scope.METRICS))]
+_log = get_logger(__name__)
+
+
+async def _watcher(key: Annotated[ApiKey, Depends(caller_with(Scope.METRICS))]) -> ApiKey:
+    """A dependency: the caller's key, with the ``metrics`` scope and no customer restriction
+    (403 otherwise)."""
+    if key.customers:
+        raise Problem(
+            403,
+            "forbidden",
+            "this key is restricted to customers, and the metrics cover every customer",
+        )
+    return key
+
+
+Watcher = Annotated[ApiKey, Depends(_watcher)]
 Metrics = Annotated[ServiceMetrics, Depends(service_metrics)]
 _READY_TIMEOUT = 5.0
 """Seconds the database has to answer a readiness check."""
@@ -47,7 +65,9 @@ async def healthz() -> dict[str, str]:
 )
 async def readyz(state: State) -> dict[str, str]:
     """The service can serve: its database answers and its migrations are at the head
-    revision (no authentication). Otherwise 503, naming what is wrong."""
+    revision (no authentication). Otherwise 503, naming what is wrong (for an unreachable
+    database, only that: the driver's reason may name the database's user or host, so it goes
+    to the log)."""
     problem = await _unready(state)
     if problem is not None:
         raise Problem(503, "not-ready", problem)
@@ -63,7 +83,10 @@ async def readyz(state: State) -> dict[str, str]:
             "content": {"text/plain": {"schema": {"type": "string"}}},
         },
         401: {"description": "No valid API key.", "content": _PROBLEM},
-        403: {"description": "The key lacks the metrics scope.", "content": _PROBLEM},
+        403: {
+            "description": "The key lacks the metrics scope, or is restricted to customers.",
+            "content": _PROBLEM,
+        },
         429: {"description": "Too many failed authentications.", "content": _PROBLEM},
     },
 )
@@ -124,9 +147,11 @@ async def _unready(state: State) -> str | None:
         async with asyncio.timeout(_READY_TIMEOUT), state.engine.connect() as connection:
             current = await connection.run_sync(_revision)
     except TimeoutError:
-        return f"database unreachable: no answer in {_READY_TIMEOUT:g} s"
+        _log.warning("database unreachable", reason=f"no answer in {_READY_TIMEOUT:g} s")
+        return "database unreachable"
     except (OSError, SQLAlchemyError) as exc:
-        return f"database unreachable: {_reason(exc, url)}"
+        _log.warning("database unreachable", reason=_reason(exc, url))
+        return "database unreachable"
     head = _head(str(MIGRATIONS_DIR))
     if current == head:
         return None
