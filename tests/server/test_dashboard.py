@@ -1,9 +1,12 @@
 """The dashboard at ``/``, in a real headless Chromium against the real service: sign in with a
 key, pick a customer, update it and watch the progress reach "all updated" while the tables
-fill; a bad key shows the API's message and no data; the page talks to no other host and logs
-no error. And the routes themselves: security headers, caching, no path traversal.
+fill; a bad key shows the API's message and no data; a panel the key may not see says why, in
+the API's words; a customer's name is text, never markup; the page talks to no other host and
+logs no error. And the routes themselves: security headers, caching, every script module
+served, no path traversal.
 
-``SCRAPEFLOW_SCREENSHOT=<file.png>`` saves a full-page screenshot (1280 wide) after the update.
+``SCRAPEFLOW_SCREENSHOT=<file.png>`` saves a full-page screenshot (1280 wide) after the update,
+of a service with its daily schedule on.
 """
 
 from __future__ import annotations
@@ -18,6 +21,7 @@ import time
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
+from datetime import UTC, datetime
 from urllib.parse import urlsplit
 
 import httpx
@@ -25,17 +29,15 @@ import pytest
 from playwright.sync_api import Browser, ConsoleMessage, Page, Request, expect, sync_playwright
 
 from scrapeflow.sandbox import Sandbox
+from scrapeflow.server.routes.dashboard import load_static
 from tests._servers import unavailable
 
-from .conftest import BANKS, Service, stop_service
+from .conftest import BANKS, Service, start_service, stop_service
 
 WIDTH = 1280
 PAGE = 25  # movements the page shows at first, and adds per "More"
 # Read at import: the tests run in a clean environment, without SCRAPEFLOW_* variables.
 SCREENSHOT = os.environ.get("SCRAPEFLOW_SCREENSHOT")
-# Chromium reports every non-2xx answer to a fetch() on the console. These are the answers the
-# page expects and shows in place (a panel hidden or saying which scope is missing).
-EXPECTED_REFUSALS = {"/v1/schedule": (403, 404), "/v1/stats": (403, 404)}
 
 
 @pytest.fixture
@@ -61,7 +63,9 @@ class Visit:
     service_url: str
     requests: list[Request] = field(default_factory=list)
     errors: list[str] = field(default_factory=list)
-    refusals: dict[str, tuple[int, ...]] = field(default_factory=lambda: dict(EXPECTED_REFUSALS))
+    # Chromium reports every non-2xx answer to a fetch() on the console: these are the answers a
+    # test expects the page to show in place (a panel saying what the key may not see).
+    refusals: dict[str, tuple[int, ...]] = field(default_factory=dict)
 
     def on_console(self, message: ConsoleMessage) -> None:
         if message.type != "error":
@@ -87,15 +91,15 @@ class Visit:
         self.page.click("#login-submit")
 
 
-def key(service: Service, *scopes: str) -> str:
+def key(service: Service, *scopes: str, customer: str | None = None) -> str:
     """``service.key`` runs an event loop: do it in a thread of its own, out of Playwright's."""
     with ThreadPoolExecutor(1) as thread:
-        return thread.submit(service.key, *scopes).result()
+        return thread.submit(service.key, *scopes, customer=customer).result()
 
 
-def api_client(service: Service, *scopes: str) -> httpx.Client:
-    key(service, *scopes)  # made (and kept) out of Playwright's thread
-    return service.client(*scopes)
+def api_client(service: Service, *scopes: str, customer: str | None = None) -> httpx.Client:
+    key(service, *scopes, customer=customer)  # made (and kept) out of Playwright's thread
+    return service.client(*scopes, customer=customer)
 
 
 def visit(browser: Browser, service: Service) -> Visit:
@@ -130,6 +134,8 @@ def test_update_a_customer_and_watch_it_reach_all_updated(
 ) -> None:
     for bank in BANKS:  # long enough to watch the banks work, short enough for a test
         sandbox.sites[bank].guard.latency_ms = (20.0, 60.0)
+    if SCREENSHOT:
+        with_the_daily_schedule_on(service)
     token = key(service, "read", "refresh", "metrics")
     seen = visit(browser, service)
     page = seen.page
@@ -201,7 +207,20 @@ def test_update_a_customer_and_watch_it_reach_all_updated(
     assert "cust-1" not in page.content()
 
 
-def test_a_wrong_key_shows_the_api_message_and_no_data_and_missing_scopes_are_said(
+def with_the_daily_schedule_on(service: Service) -> None:
+    """Restart the service with the default daily run (for the picture: off in every test).
+    None is due while the test runs: 04:00 plus its 2 h window is not now where it fires."""
+    zone = "America/New_York" if 4 <= datetime.now(UTC).hour < 7 else "UTC"
+    stop_service(service.process)
+    service.env = {
+        **service.env,
+        "SCRAPEFLOW_SCHEDULE": "0 4 * * *",
+        "SCRAPEFLOW_SCHEDULE_TIMEZONE": zone,
+    }
+    service.process, service.url = start_service(service.env)
+
+
+def test_a_wrong_key_shows_the_api_message_and_no_data_and_refusals_are_said(
     browser: Browser, service: Service
 ) -> None:
     seen = visit(browser, service)
@@ -216,17 +235,22 @@ def test_a_wrong_key_shows_the_api_message_and_no_data_and_missing_scopes_are_sa
     assert "cust-1" not in page.content()
     assert page.evaluate("sessionStorage.getItem('scrapeflow.api-key')") is None
 
-    # A valid key that may only read: everything readable shows, the rest says what it lacks.
-    seen.refusals["/v1/customers/cust-2/refresh"] = (403,)
+    # A valid key that may only read: everything readable shows, the rest says, in the API's
+    # words, what the key lacks.
+    with api_client(service, "read") as client:
+        no_refresh = client.post("/v1/customers/cust-2/refresh")
+        no_stats = client.get("/v1/stats")
+    assert no_refresh.status_code == no_stats.status_code == 403
+    seen.refusals.update({"/v1/customers/cust-2/refresh": (403,), "/v1/stats": (403,)})
     seen.sign_in(key(service, "read"))
     expect(page.locator("#customers button")).to_have_count(3)
     page.click("#customers button[data-customer='cust-2']")
     expect(page.locator("#accesses tbody tr")).to_have_count(len(BANKS))
     page.get_by_role("button", name="Update accounts and movements").click()
-    expect(page.locator("#customer-panel .note")).to_have_text("this key lacks the refresh scope")
-    stats = page.locator("#stats-panel")
-    if stats.is_visible():  # the service has /v1/stats: it needs the metrics scope
-        expect(stats.locator(".note")).to_have_text("this key lacks the metrics scope")
+    expect(page.locator("#customer-panel .note")).to_have_text(no_refresh.json()["detail"])
+    expect(page.locator("#stats-panel .note")).to_have_text(no_stats.json()["detail"])
+    expect(page.locator("#stats-tiles .tile")).to_have_count(0)
+    expect(page.locator("#schedule-state")).to_have_text("disabled")  # read is enough for it
     assert seen.foreign_requests() == []
     assert seen.errors == []
 
@@ -236,28 +260,83 @@ def test_service_and_schedule_panels_show_what_the_api_says(
 ) -> None:
     token = key(service, "read", "metrics")
     with api_client(service, "read", "metrics") as client:
-        schedule = client.get("/v1/schedule")
-        stats = client.get("/v1/stats")
+        schedule = client.get("/v1/schedule", params={"runs": 1}).json()
+        stats = client.get("/v1/stats").json()
     seen = visit(browser, service)
     page = seen.page
     seen.sign_in(token)
     expect(page.locator("#customers button")).to_have_count(3)
     expect(page.locator("#jobs-panel")).to_be_visible()
-    if schedule.status_code == 404:
-        expect(page.locator("#schedule-panel")).to_be_hidden()
-    else:
-        body = schedule.json()
-        expect(page.locator("#schedule")).to_contain_text(body["cron"] or "off")
-        expect(page.locator("#schedule-state")).to_have_text(
-            "enabled" if body["enabled"] else "disabled"
-        )
-    if stats.status_code == 404:
-        expect(page.locator("#stats-panel")).to_be_hidden()
-    else:
-        expect(page.locator("#stats-tiles .tile")).to_have_count(8)
-        customers = page.locator("#stats-tiles .tile").nth(2).locator(".value")
-        expect(customers).to_have_text(str(stats.json()["customers"]))
+
+    assert schedule["enabled"] is False  # the fixture's service: no daily run
+    expect(page.locator("#schedule-state")).to_have_text("disabled")
+    expect(page.locator("#schedule dd")).to_have_text(
+        ["off", f"{schedule['window_minutes']:g} min", "—", "none yet"]
+    )
+    expect(page.locator("#schedule-panel .note")).to_be_hidden()
+    expect(page.locator("#stats-tiles .tile")).to_have_count(8)
+    customers = page.locator("#stats-tiles .tile").nth(2).locator(".value")
+    expect(customers).to_have_text(str(stats["customers"]))
+    expect(page.locator("#stats-panel .note")).to_be_hidden()
+    # Polled every 15 s, the schedule is asked for its last run only.
+    asked = [urlsplit(r.url) for r in seen.requests if "/v1/schedule" in r.url]
+    assert [(u.path, u.query) for u in asked] == [("/v1/schedule", "runs=1")]
+
+    # A key limited to one customer sees only it. The schedule and the numbers cover every
+    # customer (such a key cannot even hold the metrics scope): each panel shows what the API
+    # answers that key, a refusal in the words of its problem's detail.
+    with api_client(service, "read", customer="cust-1") as client:
+        limited_schedule = client.get("/v1/schedule", params={"runs": 1})
+        limited_stats = client.get("/v1/stats")
+    assert limited_stats.status_code == 403, limited_stats.text
+    seen.refusals.update({"/v1/schedule": (403,), "/v1/stats": (403,)})
+    page.click("#logout")
+    expect(page.locator("#login-view")).to_be_visible()
+    seen.sign_in(key(service, "read", customer="cust-1"))
+    expect(page.locator("#customers button")).to_have_count(1)
+    expect(page.locator("#customers button[data-customer='cust-1']")).to_be_visible()
+    expect(page.locator("#stats-panel .note")).to_have_text(limited_stats.json()["detail"])
+    expect(page.locator("#stats-tiles .tile")).to_have_count(0)
+    assert limited_schedule.status_code == 403, limited_schedule.text
+    expect(page.locator("#schedule-panel .note")).to_have_text(limited_schedule.json()["detail"])
+    expect(page.locator("#schedule dd")).to_have_count(0)
     assert seen.foreign_requests() == []
+    assert seen.errors == []
+
+
+def test_a_customers_name_is_shown_as_text_never_as_markup(
+    browser: Browser, service: Service
+) -> None:
+    name, customer = "<img src=x onerror=alert(1)>", 'cust-4"><svg onload=alert(2)>'
+    with api_client(service, "admin") as admin:
+        created = admin.post("/v1/customers", json={"id": customer, "name": name})
+    assert created.status_code == 201, created.text
+    token = key(service, "read")
+    seen = visit(browser, service)
+    page = seen.page
+    dialogs: list[str] = []
+    page.on("dialog", lambda dialog: (dialogs.append(dialog.message), dialog.dismiss()))
+    seen.refusals["/v1/stats"] = (403,)  # a key that only reads
+    seen.sign_in(token)
+
+    expect(page.locator("#customers button")).to_have_count(4)
+    button = page.locator("#customers button").filter(has_text=name)
+    expect(button.locator(".who span").first).to_have_text(name)
+    assert button.get_attribute("data-customer") == customer
+    button.click()
+    expect(page.locator("#customer-name")).to_have_text(name)
+    expect(page.locator("#customer-id")).to_have_text(customer)
+    # its (empty) status, accounts and movements and its event stream, by the encoded id
+    expect(page.locator("#accesses tbody")).to_have_text("This customer has no bank access.")
+    expect(page.locator("#accounts tbody")).to_have_text("No accounts yet: update to read them.")
+    expect(page.locator("#movements tbody")).to_have_text("No movements yet: update to read them.")
+    expect(page.locator("#live")).to_have_attribute("data-state", "live")
+    expect(page.locator("#customer-panel .note")).to_be_hidden()
+
+    injected = page.locator("#dashboard-view img, #dashboard-view svg, [onerror], [onload]")
+    assert injected.count() == 0
+    assert dialogs == []
+    assert not [r.url for r in seen.requests if urlsplit(r.url).path.endswith("/x")]
     assert seen.errors == []
 
 
@@ -359,33 +438,63 @@ def test_the_page_is_served_with_a_strict_policy_and_revalidated(service: Servic
     assert "/" not in schema["paths"] and not any(p.startswith("/static") for p in schema["paths"])
 
 
-@pytest.mark.parametrize(
-    "path",
-    [
-        "/static/../_app.py",
-        "/static/..%2f_app.py",
-        "/static/%2e%2e%2f_app.py",
-        "/static/%2e%2e/%2e%2e/config.py",
-        "/static/..%5c_app.py",
-        "/static/..\\_app.py",
-        "/static/%2fetc%2fpasswd",
-        "/static//etc/passwd",
-        "/static/",
-        "/static/.",
-        "/static/..",
-        "/static/dashboard.js%00.html",
-        "/static/__init__.py",
-        "/static/../routes/dashboard.py",
-    ],
-)
-def test_static_files_are_only_the_dashboards_own(service: Service, path: str) -> None:
+def test_every_module_the_page_imports_is_served_and_every_module_is_imported(
+    service: Service,
+) -> None:
+    """The script is ES modules loaded by relative URL: each one the page reaches from
+    ``dashboard.js`` is served as JavaScript under the same policy, and none is left over."""
+    with httpx.Client(base_url=service.url) as client:
+        policy = client.get("/").headers["content-security-policy"]
+        reached: set[str] = set()
+        waiting = ["dashboard.js"]
+        while waiting:
+            name = waiting.pop()
+            module = client.get(f"/static/{name}")
+            assert module.status_code == 200, name
+            assert module.headers["content-type"] == "text/javascript; charset=utf-8", name
+            assert module.headers["content-security-policy"] == policy, name
+            reached.add(name)
+            imported = re.findall(r'^import [^;]*? from "([^"]+)";', module.text, re.M | re.S)
+            for target in imported:
+                assert re.fullmatch(r"\./[a-z]+\.js", target), (name, target)  # this folder
+                if target[2:] not in reached:
+                    waiting.append(target[2:])
+    assert reached == {name for name in load_static() if name.endswith(".js")}
+
+
+BAD_PATHS = [
+    "/static/../_app.py",
+    "/static/..%2f_app.py",
+    "/static/%2e%2e%2f_app.py",
+    "/static/%2e%2e/%2e%2e/config.py",
+    "/static/..%5c_app.py",
+    "/static/..\\_app.py",
+    "/static/%2fetc%2fpasswd",
+    "/static//etc/passwd",
+    "/static/",
+    "/static/.",
+    "/static/..",
+    "/static/dashboard.js%00.html",
+    "/static/__init__.py",
+    "/static/../routes/dashboard.py",
+    "/static/./api.js",
+    "/static/API.js",
+]
+
+
+def test_static_files_are_only_the_dashboards_own(service: Service) -> None:
     where = urlsplit(service.url)
-    connection = http.client.HTTPConnection(where.hostname or "127.0.0.1", where.port, timeout=10)
-    try:
-        connection.request("GET", path)  # sent as written: no client-side normalising
-        answer = connection.getresponse()
-        body = answer.read()
-    finally:
-        connection.close()
-    assert answer.status == 404, (path, answer.status, body[:200])
-    assert b"import " not in body and b"root:" not in body
+    served: list[str] = []
+    for path in BAD_PATHS:
+        connection = http.client.HTTPConnection(
+            where.hostname or "127.0.0.1", where.port, timeout=10
+        )
+        try:
+            connection.request("GET", path)  # sent as written: no client-side normalising
+            answer = connection.getresponse()
+            body = answer.read()
+        finally:
+            connection.close()
+        if answer.status != 404 or b"import " in body or b"root:" in body:
+            served.append(f"{path} -> {answer.status} {body[:120]!r}")
+    assert served == [], "\n".join(served)

@@ -1,9 +1,10 @@
-"""The dashboard: ``/`` (one HTML page) and ``/static/<name>`` (its script, style and icon).
+"""The dashboard: ``/`` (one HTML page) and ``/static/<name>`` (its scripts, style and icon).
 
 The files ship inside the package (``scrapeflow/server/static/``) and hold no data: the page
 asks the JSON API for everything, with the API key the user pastes, like any other client.
-No build step and nothing from another host, so a strict Content-Security-Policy holds:
-only this origin's script, style and connections; no inline script; no framing.
+The script is a handful of ES modules (``dashboard.js`` imports the others by relative URL), with
+no build step and nothing from another host, so a strict Content-Security-Policy holds: only
+this origin's scripts, style and connections; no inline script; no framing.
 
 Only the files found in the static folder are served, looked up by exact name: a path that
 is not one of them (``../_app.py``, an encoded slash, a sub-folder) is a 404.

@@ -1,0 +1,62 @@
+// The JSON API, called with the key the user pasted: the one place that sends it.
+//
+// The key is kept in sessionStorage (this tab only, never in a URL). A non-2xx answer becomes
+// an ApiError carrying the problem's `detail`, which the panels show as the API wrote it.
+
+export const KEY_STORAGE = "scrapeflow.api-key";
+
+export const session = { key: null };
+
+let keyRefused = () => {};
+
+/** Call `handler(detail)` when the API answers 401 to a signed-in page (a revoked key). */
+export function onKeyRefused(handler) {
+  keyRefused = handler;
+}
+
+/** A 401 to a key in use: the key was revoked or is no longer valid. */
+export function noteRefusal(error) {
+  if (error instanceof ApiError && error.status === 401 && session.key !== null) {
+    keyRefused(error.detail);
+  }
+}
+
+export class ApiError extends Error {
+  constructor(status, detail) {
+    super(detail);
+    this.status = status;
+    this.detail = detail;
+  }
+}
+
+export function authHeaders(extra = {}) {
+  return { Accept: "application/json", Authorization: `Bearer ${session.key}`, ...extra };
+}
+
+/** The ApiError for a non-2xx response: its problem+json `detail`, else its status line. */
+export async function problemOf(response) {
+  let detail = `${response.status} ${response.statusText}`.trim();
+  try {
+    const body = await response.json();
+    if (body && typeof body.detail === "string") detail = body.detail;
+  } catch {
+    // not problem+json: keep the status line
+  }
+  return new ApiError(response.status, detail);
+}
+
+/** The JSON body of `path`, or an ApiError. */
+export async function api(path, { method = "GET", signal } = {}) {
+  const response = await fetch(path, {
+    method, headers: authHeaders(), signal, cache: "no-store", credentials: "omit",
+  });
+  if (!response.ok) {
+    const error = await problemOf(response);
+    noteRefusal(error);
+    throw error;
+  }
+  return response.json();
+}
+
+/** URL path segments, each percent-encoded: an id never changes the path's shape. */
+export const path = (...parts) => parts.map(encodeURIComponent).join("/");

@@ -1,0 +1,89 @@
+// Building the page. Data reaches the DOM as text only (textContent, or strings passed to
+// append(), which makes text nodes), never as HTML. Money is shown exactly as the API writes
+// it (a decimal string); it is never turned into a number.
+
+import { ApiError } from "./api.js";
+
+const BADGES = {
+  all_updated: "ok", succeeded: "ok", success: "ok", enabled: "ok",
+  running: "running", in_progress: "running", queued: "waiting",
+  two_factor_required: "waiting", partially_updated: "waiting", timeout: "bad",
+  failed: "bad", error: "bad", cancelled: "neutral", idle: "neutral", disabled: "neutral",
+};
+
+export const $ = (id) => document.getElementById(id);
+
+export function el(tag, options = {}, ...children) {
+  const node = document.createElement(tag);
+  if (options.className) node.className = options.className;
+  if (options.title) node.title = options.title;
+  if (options.text !== undefined) node.textContent = String(options.text);
+  node.append(...children.filter((child) => child !== null && child !== undefined));
+  return node;
+}
+
+export function badge(state, text = null) {
+  const label = text ?? String(state ?? "").replaceAll("_", " ");
+  return el("span", { className: `badge ${BADGES[state] ?? "neutral"}`, text: label });
+}
+
+export function money(amount, currency) {
+  if (amount === null || amount === undefined) return el("span", { className: "muted", text: "—" });
+  const text = String(amount);
+  const sign = text.startsWith("-") ? " negative" : "";
+  return el("span", { className: `money${sign}`, text: `${text} ${currency ?? ""}`.trim() });
+}
+
+export function when(iso) {
+  if (!iso) return "—";
+  const at = new Date(iso);
+  if (Number.isNaN(at.getTime())) return String(iso);
+  const two = (n) => String(n).padStart(2, "0");
+  return `${at.getFullYear()}-${two(at.getMonth() + 1)}-${two(at.getDate())} `
+    + `${two(at.getHours())}:${two(at.getMinutes())}:${two(at.getSeconds())}`;
+}
+
+export function cell(content, className = "") {
+  const td = el("td", { className });
+  td.append(content ?? "—");
+  return td;
+}
+
+export function fillRows(table, rows, emptyText) {
+  const body = $(table).tBodies[0];
+  if (rows.length === 0) {
+    const td = el("td", { text: emptyText });
+    td.colSpan = $(table).tHead.rows[0].cells.length;
+    body.replaceChildren(el("tr", { className: "empty" }, td));
+  } else {
+    body.replaceChildren(...rows);
+  }
+}
+
+// -------------------------------------------------------------- panels that degrade alone
+
+export function note(panel, text) {
+  const box = $(panel).querySelector(".note");
+  box.textContent = text ?? "";
+  box.hidden = !text;
+}
+
+// The API's own words in the panel (a missing scope, a key limited to some customers, …), or
+// that the service could not be reached; the other panels carry on.
+export function degrade(panel, error) {
+  $(panel).hidden = false;
+  if (error instanceof ApiError) note(panel, error.detail);
+  else note(panel, `could not reach the service (${error.message})`);
+}
+
+/** Run `loader`, which fills `panel`; on failure the panel says why. */
+export async function load(panel, loader) {
+  try {
+    await loader();
+    $(panel).hidden = false;
+    note(panel, null);
+  } catch (error) {
+    if (error.name === "AbortError") return;
+    degrade(panel, error);
+  }
+}
