@@ -74,9 +74,7 @@ async def refresh_demo_customers(
             )
         )
         admin = await stack.enter_async_context(SandboxAdmin.from_sandbox(sandbox))
-        # One after the other: the service adds a bank's row on its first access, and two
-        # first accesses at once would race for it.
-        runs = [await _add_customer(api, admin, n) for n in DEMO_CUSTOMERS]
+        runs = list(await asyncio.gather(*(_add_customer(api, admin, n) for n in DEMO_CUSTOMERS)))
         started = time.monotonic()
         try:
             async with asyncio.timeout(_DEADLINE_S):
@@ -188,14 +186,14 @@ async def _read_back(api: aiohttp.ClientSession, run: CustomerRun) -> None:
         currency = str(account["currency"])
         totals[currency] = totals.get(currency, Decimal(0)) + Decimal(str(account["balance"]))
     run.totals = totals
-    cursor: str | None = None
+    query = {"limit": "1000"}
     while True:
-        query = f"?limit=1000&cursor={cursor}" if cursor else "?limit=1000"
-        page = await _call(api, "GET", f"{base}/movements{query}", 200)
+        page = await _call(api, "GET", f"{base}/movements", 200, params=query)
         run.movements += len(page["movements"])
         cursor = page["next_cursor"]
         if not cursor:
             return
+        query["cursor"] = str(cursor)
 
 
 async def _call(
@@ -204,10 +202,12 @@ async def _call(
     path: str,
     expect: int,
     body: Mapping[str, Any] | None = None,
+    *,
+    params: Mapping[str, str] | None = None,
 ) -> Any:
     """One API call; its JSON answer. Another status than ``expect`` is a bug of the demo or
     the service: RuntimeError with the problem's title and detail (never the request body)."""
-    async with api.request(method, path, json=body) as response:
+    async with api.request(method, path, json=body, params=params) as response:
         if response.status == expect:
             return await response.json(loads=_loads, content_type=None)
         problem: Any = None
