@@ -265,6 +265,7 @@ CASES = [
     Case("customer-id-bidi", ("add-customer", "bo\u202eb"), "control or invisible"),
     Case("customer-id-65", ("add-customer", "b" * 65), "the maximum is 64"),
     Case("customer-id-blank", ("add-customer", "  "), "customer id is empty"),
+    Case("customer-id-slash", ("add-customer", "a/b"), "customer id holds a '/'"),
     Case("customer-name-201", ("add-customer", "bo", "--name", "n" * 201), "the maximum is 200"),
     Case("customer-name-newline", ("add-customer", "bo", "--name", "B\nO"), "control"),
     Case("customer-exists", ("add-customer", "ana"), "already exists"),

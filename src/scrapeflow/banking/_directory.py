@@ -88,8 +88,14 @@ def _length(column: object) -> int | None:
 def validate_customer_id(external_id: str) -> str:
     """``external_id`` as stored and looked up (stripped); :class:`InputError` naming what is
     wrong when it cannot be one (empty, over 64 characters, a control or invisible character,
-    not valid UTF-8)."""
-    return _checked("customer id", external_id, Customer.__table__.c.external_id, identifier=True)
+    a ``/``, not valid UTF-8)."""
+    checked = _checked(
+        "customer id", external_id, Customer.__table__.c.external_id, identifier=True
+    )
+    if "/" in checked:
+        # The id is a path segment of the API (/v1/customers/{id}/…), where a "/" cannot be.
+        raise InputError("the customer id holds a '/' (it names the customer in URLs)")
+    return checked
 
 
 def validate_customer_name(name: str) -> str:
