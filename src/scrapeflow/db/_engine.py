@@ -31,6 +31,10 @@ __all__ = [
 
 DEFAULT_URL = "sqlite+aiosqlite:///scrapeflow.db"
 SQLITE_BUSY_TIMEOUT_MS = 30_000
+_POOL_SIZE = 20
+"""Connections an engine keeps open."""
+_POOL_OVERFLOW = 30
+"""Connections it opens beyond those in a burst, closed once returned."""
 _ASYNC_DRIVERS = {"sqlite": "aiosqlite", "postgresql": "asyncpg", "mssql": "aioodbc"}
 
 
@@ -50,6 +54,12 @@ def create_engine(url: str = DEFAULT_URL, **kwargs: Any) -> AsyncEngine:
     backend = parsed.get_backend_name()
     if backend in _ASYNC_DRIVERS and "+" not in parsed.drivername:  # a bare "postgresql://"
         parsed = parsed.set(drivername=f"{backend}+{_ASYNC_DRIVERS[backend]}")
+    if parsed.database not in (None, "", ":memory:") and "poolclass" not in kwargs:
+        # A service serves tens of requests and jobs at once: with SQLAlchemy's 5 connections
+        # (+10 opened and closed on demand) every burst reopened connections — on SQLite a new
+        # thread, a file open and the pragmas each time. Idle ones cost a file handle each.
+        kwargs.setdefault("pool_size", _POOL_SIZE)
+        kwargs.setdefault("max_overflow", _POOL_OVERFLOW)
     try:
         engine = _create_async_engine(parsed, **kwargs)
     except Exception as exc:  # unknown dialect, missing or sync-only driver
