@@ -1,2 +1,3 @@
-"""Helpers used across packages: atomic files (:mod:`.atomic`), log setup (:mod:`.logs`) and
-secret redaction (:mod:`.redact`). Private: import the modules, not this package."""
+"""Helpers used across packages: atomic files (:mod:`.atomic`), log setup (:mod:`.logs`),
+secret redaction (:mod:`.redact`), stopping background tasks (:mod:`.tasks`). Private: import the
+modules, not this package."""

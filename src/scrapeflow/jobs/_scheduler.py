@@ -22,7 +22,6 @@ the first fire of each day. Runs older than :data:`KEEP` are deleted when a new 
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import secrets
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
@@ -51,6 +50,7 @@ from sqlalchemy.ext.asyncio import AsyncEngine
 from sqlalchemy.sql.elements import ColumnElement
 
 from scrapeflow._util.logs import get_logger
+from scrapeflow._util.tasks import stop_task
 from scrapeflow.db import UTCDateTime
 from scrapeflow.jobs._schedule import DailySchedule
 
@@ -171,11 +171,8 @@ class Scheduler:
         exc: BaseException | None,
         tb: TracebackType | None,
     ) -> None:
-        if self._task is not None:
-            self._task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self._task
-            self._task = None
+        await stop_task(self._task)
+        self._task = None
 
     async def _loop(self) -> None:
         while True:

@@ -5,7 +5,6 @@ window closes, then ``failed``). The registry and the outbox are in ``_webhooks.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import os
 import secrets
 import socket
@@ -21,6 +20,7 @@ from sqlalchemy.ext.asyncio import AsyncEngine
 
 from scrapeflow._util.logs import get_logger
 from scrapeflow._util.redact import redact
+from scrapeflow._util.tasks import stop_task
 from scrapeflow.config import Settings
 from scrapeflow.errors import ScrapeflowError
 from scrapeflow.server._events import EventLog, events_table
@@ -106,10 +106,7 @@ class Courier:
         exc: BaseException | None,
         traceback: TracebackType | None,
     ) -> None:
-        if self._task is not None:
-            self._task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self._task
+        await stop_task(self._task)
         # Sends cut short go back to the outbox at once, for the next process to pick up.
         async with self.engine.begin() as connection:
             await connection.execute(

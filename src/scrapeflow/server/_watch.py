@@ -5,13 +5,13 @@ waits for someone to run ``scrapeflow bank watchdog`` by hand."""
 from __future__ import annotations
 
 import asyncio
-import contextlib
 from datetime import timedelta
 from types import TracebackType
 
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
 from scrapeflow._util.logs import get_logger
+from scrapeflow._util.tasks import stop_task
 from scrapeflow.config import Settings
 from scrapeflow.jobs import EmbeddedJobQueue
 
@@ -52,10 +52,7 @@ class ServiceWatchdog:
         exc: BaseException | None,
         tb: TracebackType | None,
     ) -> None:
-        if self._task is not None:
-            self._task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self._task
+        await stop_task(self._task)
 
     async def watch_once(self) -> None:
         from scrapeflow.banking import run_watchdog
