@@ -5,7 +5,11 @@ a read of the stored log from that id on, so nothing is lost and nothing comes t
 Ids increase in commit order: one writer task of this process stores the events appended
 meanwhile, in order, in one transaction at a time (a group commit: a hundred refreshes' events
 cost a few transactions, not a hundred), so an event never becomes visible after one with a
-higher id (a reader at id N never skips a late N-1). ``append`` returns once its event is stored.
+higher id (a reader at id N never skips a late N-1). Between processes on one database the
+writers take turns too: on PostgreSQL each transaction first takes a transaction-scoped
+advisory lock (a sequence hands out ids at insert, not at commit, so without it a process's
+N-1 could commit after another's N); SQLite lets one writer in at a time by itself.
+``append`` returns once its event is stored.
 
 A stream wakes only for events of its own customer or job; it also looks every ``poll`` seconds
 for events another process wrote.
@@ -34,6 +38,7 @@ from sqlalchemy import (
     Table,
     insert,
     select,
+    text,
 )
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
@@ -103,6 +108,8 @@ class _NewEvent:
 
 _BATCH = 500
 """Events stored in one transaction at most."""
+_EVENT_WRITERS_LOCK = 0x5CF1E7E4
+"""The PostgreSQL advisory lock the event writers of every process take turns on."""
 
 Outbox = Callable[[AsyncConnection, Event], Awaitable[None]]
 """Writes what must be sent about a new event, on the connection (and in the transaction)
@@ -176,6 +183,10 @@ class EventLog:
     async def _store(self, batch: list[_NewEvent]) -> list[Event]:
         stored = []
         async with self.engine.begin() as connection:
+            if connection.dialect.name == "postgresql":
+                await connection.execute(
+                    text("SELECT pg_advisory_xact_lock(:key)"), {"key": _EVENT_WRITERS_LOCK}
+                )
             for new in batch:
                 done = await connection.execute(
                     insert(events_table).values(

@@ -1,0 +1,55 @@
+"""Events appended by several processes at once (two service processes, or a service and its
+workers, on one database): a reader following the log by id never skips one, on each backend."""
+
+from __future__ import annotations
+
+import asyncio
+
+from sqlalchemy.ext.asyncio import AsyncConnection
+
+from scrapeflow.db import create_engine
+from scrapeflow.server._events import Event, EventLog
+
+APPENDS = 40
+
+
+async def slow_outbox(connection: AsyncConnection, event: Event) -> None:
+    """Holds the event's transaction open a moment, as a webhook fan-out to many keys does."""
+    await asyncio.sleep(0.02)
+
+
+async def test_a_reader_never_skips_an_event_another_process_commits_late(db_url: str) -> None:
+    engines = [create_engine(db_url) for _ in range(3)]
+    slow = EventLog(engines[0], outbox=slow_outbox)  # one process, slow to commit
+    quick = EventLog(engines[1])  # another, quick
+    reader = EventLog(engines[2])
+    try:
+        await slow.open()
+        seen: list[int] = []
+        done = asyncio.Event()
+
+        async def follow() -> None:
+            last, finishing = 0, False
+            while True:
+                finishing = done.is_set()  # one more read after the last append returned
+                for event in await reader.after(last):
+                    seen.append(event.id)
+                    last = event.id
+                if finishing:
+                    return
+                await asyncio.sleep(0.001)
+
+        async def append(log: EventLog, name: str) -> None:
+            for n in range(APPENDS):
+                await log.append("bank.accounts", {"n": n}, customer=name)
+
+        following = asyncio.create_task(follow())
+        await asyncio.gather(append(slow, "slow"), append(quick, "quick"))
+        done.set()
+        await asyncio.wait_for(following, 30)
+        stored = [e.id for e in await reader.after(0, limit=10 * APPENDS)]
+        assert len(stored) == 2 * APPENDS
+        assert seen == stored  # every id, once, in order: none committed behind the reader
+    finally:
+        for engine in engines:
+            await engine.dispose()
