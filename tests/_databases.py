@@ -2,6 +2,7 @@
 
 * ``db_url``: a database migrated to the bank schema's head, on SQLite and on PostgreSQL;
 * ``sqlite_url``: the same on SQLite only, for tests whose point is not the backend;
+* ``pg_url``: an empty PostgreSQL database, for what only PostgreSQL does;
 * ``empty_db_url``: an empty database on each backend, for tests of ``migrate`` itself and of
   what it finds in a database.
 
@@ -162,6 +163,13 @@ async def db_url(request: pytest.FixtureRequest, tmp_path: Path) -> AsyncIterato
         yield _sqlite_copy(request.getfixturevalue("sqlite_template"), tmp_path)
         return
     async with _pg_database(template=request.getfixturevalue("pg_template")) as url:
+        yield url
+
+
+@pytest.fixture
+async def pg_url() -> AsyncIterator[str]:
+    """An empty PostgreSQL database, for what only PostgreSQL does (LISTEN/NOTIFY…)."""
+    async with _pg_database(template=None) as url:
         yield url
 
 

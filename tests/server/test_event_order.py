@@ -1,5 +1,7 @@
 """Events appended by several processes at once (two service processes, or a service and its
-workers, on one database): a reader following the log by id never skips one, on each backend."""
+workers, on one database): a reader following the log by id never skips one, on each backend;
+and on PostgreSQL a stream hears of another process's events at once (LISTEN/NOTIFY), not at
+its next poll."""
 
 from __future__ import annotations
 
@@ -25,6 +27,7 @@ async def test_a_reader_never_skips_an_event_another_process_commits_late(db_url
     reader = EventLog(engines[2])
     try:
         await slow.open()
+        await slow.close()
         seen: list[int] = []
         done = asyncio.Event()
 
@@ -50,6 +53,28 @@ async def test_a_reader_never_skips_an_event_another_process_commits_late(db_url
         stored = [e.id for e in await reader.after(0, limit=10 * APPENDS)]
         assert len(stored) == 2 * APPENDS
         assert seen == stored  # every id, once, in order: none committed behind the reader
+    finally:
+        for engine in engines:
+            await engine.dispose()
+
+
+async def test_a_stream_hears_at_once_of_events_another_process_stored(pg_url: str) -> None:
+    engines = [create_engine(pg_url) for _ in range(2)]
+    try:
+        # A poll far longer than the wait below: only a notice can wake the stream in time.
+        async with EventLog(engines[0]) as worker, EventLog(engines[1], poll=3600) as server:
+            assert server._notices is not None
+            await asyncio.wait_for(server._notices.listening.wait(), 10)
+            stream = server.stream(0, customer="ana")
+            first = asyncio.ensure_future(anext(stream))
+            await asyncio.sleep(0.2)  # the stream has read the empty log and waits
+            assert not first.done()
+            other = await worker.append("bank.accounts", {"count": 2}, customer="bob")
+            stored = await worker.append("bank.accounts", {"count": 3}, customer="ana")
+            event = await asyncio.wait_for(first, 10)
+            assert (event.id, event.customer, event.data) == (stored, "ana", {"count": 3})
+            assert other < stored
+            await stream.aclose()
     finally:
         for engine in engines:
             await engine.dispose()

@@ -47,11 +47,11 @@ def create_app(settings: Settings) -> FastAPI:
             webhooks = Webhooks(engine)
             await webhooks.open()
             events = EventLog(engine, outbox=webhooks.enqueue)
-            await events.open()
             store = SqlJobStore(settings.db_url, engine=engine)
             # The courier stops after the queue: the events of the queue's shutdown are queued
             # for delivery like any (and sent at the next start if not now).
             async with (
+                events,
                 Courier(engine, settings, events),
                 EmbeddedJobQueue(
                     store,

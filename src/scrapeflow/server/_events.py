@@ -11,8 +11,9 @@ advisory lock (a sequence hands out ids at insert, not at commit, so without it 
 N-1 could commit after another's N); SQLite lets one writer in at a time by itself.
 ``append`` returns once its event is stored.
 
-A stream wakes only for events of its own customer or job; it also looks every ``poll`` seconds
-for events another process wrote.
+A stream wakes only for events of its own customer or job, stored by this process or — on
+PostgreSQL, through ``LISTEN/NOTIFY`` (:mod:`scrapeflow.server._notify`) — by any other; it also
+looks every ``poll`` seconds, in case a notice was lost.
 
 An ``outbox`` hook runs inside the transaction that stores the event: what it writes (the
 webhook deliveries the event calls for) commits with the event or not at all.
@@ -22,7 +23,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-from collections.abc import AsyncIterator, Awaitable, Callable, Iterator, Mapping
+from collections.abc import AsyncIterator, Awaitable, Callable, Collection, Iterator, Mapping
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
@@ -44,6 +45,7 @@ from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
 from scrapeflow.db import UTCDateTime
 from scrapeflow.jobs import Job, JobState
+from scrapeflow.server._notify import EventNotices
 
 __all__ = ["EVENT_KINDS", "FINAL_JOB_EVENTS", "Event", "EventLog", "Outbox", "events_table"]
 
@@ -130,6 +132,7 @@ class EventLog:
         self._writer: asyncio.Task[None] | None = None
         self._changed = asyncio.Event()
         self._watchers: dict[tuple[str, str], set[asyncio.Event]] = {}
+        self._notices: EventNotices | None = None
 
     @property
     def next_change(self) -> asyncio.Event:
@@ -138,8 +141,26 @@ class EventLog:
         return self._changed
 
     async def open(self) -> None:
+        """Create the table when missing; on PostgreSQL, start listening for other processes'
+        events. Pair with :meth:`close`."""
         async with self.engine.begin() as connection:
             await connection.run_sync(metadata.create_all, checkfirst=True)
+        if self.engine.dialect.name == "postgresql" and self._notices is None:
+            self._notices = EventNotices(self.engine, self._wake_for)
+            await self._notices.start()
+
+    async def close(self) -> None:
+        """Stop listening (what :meth:`append` stores still goes through while it runs)."""
+        if self._notices is not None:
+            await self._notices.stop()
+            self._notices = None
+
+    async def __aenter__(self) -> EventLog:
+        await self.open()
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.close()
 
     async def append(
         self,
@@ -204,16 +225,33 @@ class EventLog:
                 if self.outbox is not None:
                     await self.outbox(connection, event)
                 stored.append(event)
+            if self._notices is not None:
+                await self._notices.send(
+                    connection,
+                    {e.customer for e in stored if e.customer is not None},
+                    {e.job_id for e in stored if e.job_id is not None},
+                )
         return stored
 
     def _wake(self, events: list[Event]) -> None:
+        self._wake_for(
+            [e.customer for e in events if e.customer is not None],
+            [e.job_id for e in events if e.job_id is not None],
+        )
+
+    def _wake_for(self, customers: Collection[str] | None, jobs: Collection[str] | None) -> None:
+        """Wake the courier, and the streams of these customers and jobs (None: every one)."""
         self._changed.set()
         self._changed = asyncio.Event()
-        for event in events:
-            for watch in (("customer", event.customer), ("job", event.job_id)):
-                if watch[1] is not None:
-                    for woken in self._watchers.get((watch[0], watch[1]), ()):
-                        woken.set()
+        if customers is None and jobs is None:
+            for watchers in self._watchers.values():
+                for woken in watchers:
+                    woken.set()
+            return
+        for kind, names in (("customer", customers or ()), ("job", jobs or ())):
+            for name in names:
+                for woken in self._watchers.get((kind, str(name)), ()):
+                    woken.set()
 
     @contextlib.contextmanager
     def _watching(self, customer: str | None, job_id: str | None) -> Iterator[asyncio.Event]:

@@ -1,0 +1,107 @@
+"""Events stored by other processes, told at once: PostgreSQL's ``LISTEN/NOTIFY``.
+
+Every transaction that stores events also sends a notice on :data:`CHANNEL` (delivered when it
+commits, never for a rolled-back one) naming the customers and jobs the events are about and
+the process that stored them. Each process listens on its own connection and wakes the streams
+of those customers and jobs, so a stream follows work done on any machine without waiting for
+its poll. A notice that would not fit says "everything" instead. When the listening connection
+drops (a database restart), it reconnects with backoff; meanwhile the streams' poll carries on,
+so nothing is missed, only later.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import secrets
+from collections.abc import Callable, Collection
+from typing import Any
+
+import orjson
+from sqlalchemy import text
+from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
+
+from scrapeflow._util.logs import get_logger
+from scrapeflow._util.tasks import stop_task
+
+__all__ = ["CHANNEL", "EventNotices", "Woken"]
+
+_log = get_logger(__name__)
+
+CHANNEL = "scrapeflow_events"
+_MAX_PAYLOAD = 7_000  # PostgreSQL's limit is 8,000 bytes
+_RETRY = (0.5, 30.0)  # first and longest wait before listening again
+
+Woken = Callable[[Collection[str] | None, Collection[str] | None], None]
+"""Told the customers and jobs of events another process stored (None, None: maybe any)."""
+
+
+class EventNotices:
+    """Sends and receives the notices of one process's event log on PostgreSQL."""
+
+    def __init__(self, engine: AsyncEngine, woken: Woken) -> None:
+        self.engine = engine
+        self.woken = woken
+        self.sender = secrets.token_hex(6)
+        self._task: asyncio.Task[None] | None = None
+        self.listening = asyncio.Event()
+        """Set while the listening connection is up (tests wait on it)."""
+
+    async def send(self, connection: AsyncConnection, customers: set[str], jobs: set[str]) -> None:
+        """Queue the notice on ``connection``'s transaction: sent when it commits."""
+        payload = orjson.dumps(
+            {"from": self.sender, "customers": sorted(customers), "jobs": sorted(jobs)}
+        )
+        if len(payload) > _MAX_PAYLOAD:
+            payload = orjson.dumps({"from": self.sender, "all": True})
+        await connection.execute(
+            text("SELECT pg_notify(:channel, :payload)"),
+            {"channel": CHANNEL, "payload": payload.decode()},
+        )
+
+    async def start(self) -> None:
+        self._task = asyncio.create_task(self._listen(), name="event notices")
+
+    async def stop(self) -> None:
+        await stop_task(self._task)
+        self._task = None
+
+    async def _listen(self) -> None:
+        import asyncpg  # type: ignore[import-untyped]
+
+        dsn = self.engine.url.set(drivername="postgresql").render_as_string(hide_password=False)
+        wait = _RETRY[0]
+        while True:
+            lost = asyncio.Event()
+            try:
+                connection = await asyncpg.connect(dsn)
+            except (OSError, asyncpg.PostgresError) as exc:
+                _log.warning("cannot listen for events", error=type(exc).__name__, retry_in=wait)
+                await asyncio.sleep(wait)
+                wait = min(wait * 2, _RETRY[1])
+                continue
+            try:
+                connection.add_termination_listener(lambda _, lost=lost: lost.set())
+                await connection.add_listener(CHANNEL, self._received)
+                self.listening.set()
+                wait = _RETRY[0]
+                self.woken(None, None)  # what was stored while nobody listened
+                await lost.wait()
+                _log.warning("the event listener's connection was lost; listening again")
+            finally:
+                self.listening.clear()
+                with contextlib.suppress(Exception):
+                    await asyncio.wait_for(connection.close(), 5)
+
+    def _received(self, connection: Any, pid: int, channel: str, payload: str) -> None:
+        try:
+            notice = orjson.loads(payload)
+        except orjson.JSONDecodeError:
+            self.woken(None, None)
+            return
+        if not isinstance(notice, dict) or notice.get("from") == self.sender:
+            return  # our own: the streams were woken when the events were stored
+        if notice.get("all"):
+            self.woken(None, None)
+        else:
+            self.woken(notice.get("customers") or (), notice.get("jobs") or ())
