@@ -8,13 +8,13 @@ import inspect
 from collections.abc import Awaitable, Callable
 from contextvars import ContextVar
 from datetime import UTC, datetime
-from typing import TYPE_CHECKING, Any, NamedTuple, TypeAlias
+from typing import TYPE_CHECKING, Any, NamedTuple, Protocol, TypeAlias
 
 import aiohttp
 
 from scrapeflow._util.redact import redact
 from scrapeflow.errors import ConfigError
-from scrapeflow.status import ERROR_PREFIX, SKIPPED, SUCCESS, StatusData
+from scrapeflow.status import ERROR_PREFIX, SKIPPED, SUCCESS, Params, StatusData
 
 if TYPE_CHECKING:
     from pathlib import Path
@@ -28,6 +28,7 @@ __all__ = [
     "Context",
     "Executor",
     "ExecutorResponse",
+    "FollowUpSink",
     "TaskClock",
     "as_executor",
     "executor_name",
@@ -48,6 +49,14 @@ EXPECTED_ERRORS: tuple[type[BaseException], ...] = (
 )
 
 
+class FollowUpSink(Protocol):
+    """Where :meth:`Context.add_task` sends a follow-up: the running ``execute_async``."""
+
+    async def add_task(self, parent: str, key: str, params: Params) -> bool:
+        """Persist and schedule ``key`` for ``parent``; False when it already existed."""
+        ...
+
+
 class Context(NamedTuple):
     "Each task gets the context as a parameter."
 
@@ -65,6 +74,33 @@ class Context(NamedTuple):
     proxy_provider: ProxyProvider | None
     # Beyond the seed: the HTTP layer (slots, retries, sessions, proxy rotation) of the run.
     http: HttpClient | None = None
+    # Beyond the seed: the run that add_task sends follow-up tasks to.
+    follow_ups: FollowUpSink | None = None
+
+    async def add_task(self, key: str, params: Params) -> bool:
+        """Beyond the seed: add a follow-up task to the running ``execute_async``.
+
+        The task (``key`` checked like any task key, ``params`` a JSON object) is saved before
+        it is scheduled, with ``"added_by"`` naming the task whose executor added it, and the
+        parent's status lists it under ``"follow_ups"``; it then runs in this run, with the same
+        executors, like any task. A later run of the parent's task set runs it too if it has not
+        finished. Returns True for a new task, False when ``key`` already exists (this run or an
+        earlier one): a retried page never forks its chain. An existing key with other params
+        raises :class:`~scrapeflow.errors.TaskConflict` naming it, unless this same parent task
+        added it (a retried page re-adding its next one, whose cursor differs at every fetch):
+        then the new params replace the old if the follow-up never ran, else they are ignored::
+
+            async def page(context, key, status):
+                data = await fetch_page(status["params"]["after"])
+                if data["next_cursor"]:
+                    n = status["params"]["n"] + 1
+                    await context.add_task(f"page-{n}", {"n": n, "after": data["next_cursor"]})
+                return data
+        """
+        clock = task_clock.get()
+        if self.follow_ups is None or clock is None or clock.key is None:
+            raise ConfigError("add_task works only in an executor that execute_async runs")
+        return await self.follow_ups.add_task(clock.key, key, params)
 
 
 ExecutorResponse: TypeAlias = tuple[StatusData, bool]
@@ -77,12 +113,14 @@ class TaskClock:
     The run's watchdog cancels the worker when the deadline passes while an executor runs
     (``in_executor``) and marks the clock ``expired``, so the executor records a
     ``TimeoutError``. One clock per worker, reused task after task: no timer per call.
+    ``key`` is the task the worker is running (the parent of what ``add_task`` adds).
     """
 
-    __slots__ = ("deadline", "expired", "in_executor", "task")
+    __slots__ = ("deadline", "expired", "in_executor", "key", "task")
 
     def __init__(self, task: asyncio.Task[Any] | None) -> None:
         self.task = task
+        self.key: str | None = None
         self.deadline = float("inf")
         self.expired = False
         self.in_executor = False

@@ -10,6 +10,10 @@
 Each task's status is kept in ``<directory>/<key>.status.json``; a second call skips every
 executor that already succeeded, so a run that was stopped (Ctrl-C, a crash, ``kill -9``) picks
 up where it was.
+
+An executor may add follow-up tasks with ``await context.add_task(key, params)`` (the next page
+of a cursor chain): each is saved before it is scheduled, runs in the same run, and a later run
+of the same task set finishes the ones that had not.
 """
 
 from __future__ import annotations
@@ -19,6 +23,7 @@ import itertools
 import math
 import time
 from array import array
+from collections import deque
 from collections.abc import Callable, Coroutine, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -52,9 +57,11 @@ from scrapeflow.status import (
 )
 
 __all__ = [
+    "ADDED_BY",
     "ALL",
     "DEFAULT_MAX_PARALLELISM",
     "DEFAULT_TIMEOUT",
+    "FOLLOW_UPS",
     "Context",
     "Executor",
     "ExecutorResponse",
@@ -145,7 +152,12 @@ async def execute_async(
     your own executors. ``on_progress`` is called after each task with the run's
     :class:`RunProgress`.
 
-    Returns the keys of the tasks that succeeded or were skipped, in input order. An error
+    Executors may add follow-up tasks with :meth:`Context.add_task`; they run in this run on
+    the same workers, and a later call with the same ``tasks`` runs those that had not finished
+    (the chain is found again through each parent's ``"follow_ups"`` field).
+
+    Returns the keys of the tasks that succeeded or were skipped, in input order, then those of
+    the follow-ups that succeeded or were skipped, in the order they were added. An error
     outside the seed's expected list stops the run once every finished task's status is saved,
     and propagates unchanged.
     """
@@ -182,6 +194,7 @@ async def execute_async(
     )
     progress = RunProgress(total=len(tasks) if isinstance(tasks, Mapping | Sequence) else None)
     run = _Run(chain, context, store, progress, on_progress)
+    run.context = context._replace(follow_ups=run)
     _log.info(
         "run.start",
         directory=str(directory),
@@ -206,13 +219,13 @@ async def execute_async(
 
 
 def _check_names(chain: list[Executor]) -> None:
-    """Executor names become status fields: they must not collide with each other or ``name``
-    and ``params``."""
+    """Executor names become status fields: they must not collide with each other or with the
+    engine's own fields (``name``, ``params``, ``added_by``, ``follow_ups``)."""
     names = [executor_name(e) for e in chain]
     fields: dict[str, str] = {}
     for name in names:
         for field_name in (name, f"{name}_status", f"{name}_last_run"):
-            if field_name in ("name", "params") or field_name in fields:
+            if field_name in _RESERVED_FIELDS or field_name in fields:
                 other = fields.get(field_name, field_name)
                 raise ConfigError(
                     f"executor {name!r} would overwrite the status field {field_name!r}"
@@ -263,8 +276,18 @@ def _task_stream(tasks: TaskInput) -> Iterator[tuple[int, str, Params | None]]:
             raise InputError(f"task #{index} is neither a key nor a (key, params) pair: {item!r}")
 
 
+ADDED_BY = "added_by"
+"""Status field of a follow-up task: the key of the task whose executor added it."""
+FOLLOW_UPS = "follow_ups"
+"""Status field of a task that added follow-ups: their keys, in the order they were added."""
+_RESERVED_FIELDS = frozenset({"name", "params", ADDED_BY, FOLLOW_UPS})
+# Follow-ups sort after every input task (whose indexes count from 0) in the returned keys.
+_FOLLOW_UP_BASE = 1 << 62
+
+
 class _Run:
-    """One call of ``execute_async``: a fixed pool of workers pulling tasks from a stream."""
+    """One call of ``execute_async``: a pool of at most ``workers`` workers pulling tasks from
+    the input stream and from the follow-ups its executors add."""
 
     def __init__(
         self,
@@ -286,6 +309,10 @@ class _Run:
         self.succeeded_keys: list[str] = []
         self._in_flight: dict[str, asyncio.Event | None] = {}
         self.succeeded_at = array("q")
+        self._pool: _Pool | None = None
+        self._follow_ups: set[str] = set()  # scheduled in this run
+        self._children: dict[str, list[str]] = {}  # running parent -> follow-ups it added
+        self._adding = asyncio.Lock()  # one add at a time: check, save, schedule as one step
 
     def succeeded(self) -> list[str]:
         """The succeeded keys in input order (workers finish out of order)."""
@@ -297,35 +324,107 @@ class _Run:
     async def run_all(self, stream: Iterator[tuple[int, str, Params | None]], workers: int) -> None:
         """Run every task of ``stream`` on at most ``workers`` workers, each started with a task
         in hand: never more workers than tasks (a 2-URL list at parallelism 10,000 runs 2)."""
-        pool = _Pool(stream)
+        self._pool = pool = _Pool(stream, self._worker, workers)
         try:
             # All at once, as a pool of `workers` would start: the first requests leave together.
             for item in itertools.islice(stream, workers):
-                pool.spawn(self._worker, item)
+                pool.spawn(item)
         except BaseException:  # a bad task in the stream: stop the ones started
             await _cancel_all(pool.tasks)
             raise
         if not pool.tasks:
             return
-        watchdog = asyncio.create_task(self._watch(pool.clocks))
+        watchdog = asyncio.create_task(self._watch(pool.workers))
         try:
             await pool.finished.wait()
         except asyncio.CancelledError:
+            pool.closed = True
             await _cancel_all([*pool.tasks, watchdog])
             raise
+        pool.closed = True
         await _cancel_all([watchdog])
         if pool.error is not None:
             await _cancel_all(pool.tasks)
             raise pool.error
 
-    async def _watch(self, clocks: list[TaskClock]) -> None:
+    async def add_task(self, parent: str, key: str, params: Params) -> bool:
+        """:meth:`Context.add_task`: save ``key`` as a follow-up of ``parent``, then schedule it."""
+        key = check_key(key)
+        wanted = _json_params(key, params)
+        async with self._adding:
+            stored = await self.store.load(key)
+            if stored is None:
+                # Saved before it is scheduled: a crash from here on loses nothing.
+                await self.store.save(key, {"name": key, "params": wanted, ADDED_BY: parent})
+                self._link(parent, key)
+                self._schedule(key)
+                return True
+            if stored.get("params") != wanted:
+                if stored.get(ADDED_BY) != parent:
+                    raise TaskConflict(
+                        f"task {key!r} exists with other params than task {parent!r} adds now; "
+                        "give the follow-up another key (the stored status was left untouched)"
+                    )
+                # Its own parent, retried, re-adds it (a cursor differs at every fetch): one
+                # chain, not a fork. New params replace the old only if it never ran.
+                if self._never_ran(stored, key):
+                    stored["params"] = wanted
+                    await self.store.save(key, stored)
+            if stored.get(ADDED_BY) is None:
+                return False  # a task of the input: its own list runs it
+            self._link(parent, key)
+            if key not in self._follow_ups:  # left unfinished by an earlier run
+                self._schedule(key)
+            return False
+
+    def _never_ran(self, stored: StatusData, key: str) -> bool:
+        return key not in self._in_flight and not any(f in stored for f in self.status_fields)
+
+    def _link(self, parent: str, key: str) -> None:
+        children = self._children.setdefault(parent, [])
+        if key not in children:
+            children.append(key)
+
+    def _schedule(self, key: str) -> None:
+        if self._pool is None:  # pragma: no cover - add_task runs inside run_all
+            raise RuntimeError("follow-up added outside a run")
+        self._follow_ups.add(key)
+        if self.progress.total is not None:
+            self.progress.total += 1
+        self._pool.push((_FOLLOW_UP_BASE + len(self._follow_ups), key, None))
+
+    async def _resume_follow_ups(self, status: StatusData) -> None:
+        """Schedule the follow-ups an earlier run saved for this task (finished ones skip)."""
+        listed = status.get(FOLLOW_UPS)
+        if not isinstance(listed, list):
+            return
+        for child in listed:
+            if (
+                isinstance(child, str)
+                and child not in self._follow_ups
+                and await self.store.exists(child)
+            ):
+                self._schedule(child)
+
+    async def _save(self, key: str, status: StatusData) -> None:
+        """Save a task's status, listing the follow-ups it added (how a resume finds them)."""
+        added = self._children.get(key)
+        if added:
+            listed = status.get(FOLLOW_UPS)
+            if not isinstance(listed, list):
+                listed = status[FOLLOW_UPS] = []
+            seen = set(listed)
+            listed.extend(k for k in added if k not in seen)
+        await self.store.save(key, status)
+
+    async def _watch(self, workers: dict[asyncio.Task[None], TaskClock]) -> None:
         """Cancel an executor whose task is past its deadline (a timer per run, not per call)."""
         loop = asyncio.get_running_loop()
         interval = min(0.25, max(0.005, self.context.timeout_seconds / 20))
         while True:
             await asyncio.sleep(interval)
             now = loop.time()
-            for clock in clocks:
+            for clock in workers.values():
                 if clock.in_executor and not clock.expired and clock.deadline <= now:
                     clock.expired = True
                     if clock.task is not None:
@@ -347,11 +446,16 @@ class _Run:
                 in_flight[key] = waiter
                 await waiter.wait()
             in_flight[key] = None
+            clock.key = key
             try:
                 status = await self._load(key, params)
+                if FOLLOW_UPS in status:
+                    await self._resume_follow_ups(status)
                 clock.deadline = loop.time() + timeout
                 ok, ran_any = await self._run_task(key, status)
             finally:
+                clock.key = None
+                self._children.pop(key, None)
                 waiting = in_flight.pop(key)
                 if waiting is not None:
                     waiting.set()
@@ -371,7 +475,7 @@ class _Run:
                     key=key, ok=ok, skipped=ok and not ran_any, statuses=self._statuses(status)
                 )
                 self.on_progress(progress)
-            item = next(pool.stream, None)
+            item = pool.next_item()
 
     def _statuses(self, status: StatusData) -> dict[str, str]:
         return {n: str(status.get(f"{n}_status", "")) for n in self.names}
@@ -384,18 +488,18 @@ class _Run:
             try:
                 status, ok = await executor(self.context, status)
             except Exception:
-                await self.store.save(key, status)  # the error is recorded; keep it
+                await self._save(key, status)  # the error is recorded; keep it
                 raise
             if status.get(status_field) != SKIPPED:
                 ran_any = True
-                await self.store.save(key, status)  # each executor's result, as it lands
+                await self._save(key, status)  # each executor's result, as it lands
                 dirty = False
             elif before != SKIPPED:
                 dirty = True
             if not ok:
                 break
         if dirty:
-            await self.store.save(key, status)
+            await self._save(key, status)
         return ok, ran_any
 
     async def _load(self, key: str, params: Params | None) -> StatusData:
@@ -423,33 +527,65 @@ _WorkerBody = Callable[["_Pool", TaskClock, _Item], Coroutine[Any, Any, None]]
 
 class _Pool:
     """The workers of a run, each started with its first task in hand (so never more workers
-    than tasks); ``finished`` is set when they have all ended, or at the first one that failed
-    (``error``)."""
+    than tasks, and at most ``limit``); ``finished`` is set when they have all ended, or at the
+    first one that failed (``error``). Follow-ups (``push``) start a worker while fewer than
+    ``limit`` run, else wait for one, ahead of the input stream."""
 
-    def __init__(self, stream: Iterator[_Item]) -> None:
+    def __init__(self, stream: Iterator[_Item], body: _WorkerBody, limit: int) -> None:
         self.stream = stream
-        self.tasks: list[asyncio.Task[None]] = []
-        self.clocks: list[TaskClock] = []
+        self.body = body
+        self.limit = limit
+        self.workers: dict[asyncio.Task[None], TaskClock] = {}  # the running ones
+        self.pending: deque[_Item] = deque()
         self.finished = asyncio.Event()
         self.error: BaseException | None = None
-        self._running = 0
+        self.closed = False
 
-    def spawn(self, body: _WorkerBody, first: _Item) -> None:
+    @property
+    def tasks(self) -> list[asyncio.Task[None]]:
+        return list(self.workers)
+
+    def spawn(self, first: _Item) -> None:
         clock = TaskClock(None)
-        self.clocks.append(clock)
-        task = asyncio.create_task(body(self, clock, first))
-        self.tasks.append(task)
-        self._running += 1
+        task = asyncio.create_task(self.body(self, clock, first))
+        self.workers[task] = clock
         task.add_done_callback(self._ended)
 
+    def push(self, item: _Item) -> None:
+        if len(self.workers) < self.limit and not self.closed:
+            self.spawn(item)
+        else:
+            self.pending.append(item)
+
+    def next_item(self) -> _Item | None:
+        if self.pending:
+            return self.pending.popleft()
+        item = next(self.stream, None)
+        if item is None:
+            # The calling worker ends: from now on a follow-up pushed starts a worker of its own
+            # (the done callback comes later, and another worker may add one before it).
+            self.workers.pop(asyncio.current_task(), None)  # type: ignore[arg-type]
+        return item
+
     def _ended(self, task: asyncio.Task[None]) -> None:
-        self._running -= 1
+        self.workers.pop(task, None)
         error = None if task.cancelled() else task.exception()
         if error is not None and self.error is None:
             self.error = error
             self.finished.set()
-        if self._running == 0:
+        if not self.workers:
             self.finished.set()
+
+
+def _json_params(key: str, params: object) -> Params:
+    """A follow-up's params as they read back from its status file; InputError if not JSON."""
+    if not isinstance(params, Mapping):
+        raise InputError(f"params of task {key!r} must be a dict, got {params!r}")
+    try:
+        stored: Params = orjson.loads(orjson.dumps(dict(params), option=orjson.OPT_NON_STR_KEYS))
+    except TypeError as exc:
+        raise InputError(f"params of task {key!r} are not JSON: {exc}") from None
+    return stored
 
 
 def _as_stored(params: Params) -> Any:
