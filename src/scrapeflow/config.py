@@ -141,7 +141,8 @@ class Settings(BaseSettings):
     identity: str = "browser"
     """Request headers: 'browser' (a coherent browser header set per session) or 'none'."""
     proxies: Path | None = None
-    """A proxy list file: one ``http(s)://[user:pass@]host:port`` a line."""
+    """A proxy list file: one ``http(s)://[user:pass@]host:port`` a line (runs and bank
+    refreshes, in the CLI and the service, go out through them only)."""
 
     # -- the service (scrapeflow serve) --------------------------------------------------------
     api_host: str = "127.0.0.1"

@@ -1,7 +1,9 @@
 """A :class:`Launcher` built from the process's :class:`~scrapeflow.config.Settings`: the banks'
 URLs (settings, then a sandbox manifest), limits, the incremental window, the vault, the log
-directory; with a sandbox manifest, the sandbox's clock is "today". The CLI and the service
-build their launchers here, so both read the same settings the same way."""
+directory, the HTTP settings and the proxy list (``proxies``: the exit IPs the banks see, with
+the per-IP slots of ``per_host``); with a sandbox manifest, the sandbox's clock is "today".
+The CLI and the service build their launchers here, so both read the same settings the same
+way."""
 
 from __future__ import annotations
 
@@ -21,11 +23,18 @@ if TYPE_CHECKING:
 
 __all__ = ["launcher_from_settings"]
 
+_BANK_CONNECTIONS = 400
+"""Requests in flight to all banks at once (what a launcher's ``overall`` accesses need)."""
+
 
 def launcher_from_settings(settings: Settings, *, on_event: EventSink | None = None) -> Launcher:
     """A launcher on ``settings`` (not entered yet). Raises a ConfigError naming what is wrong
     (a bad manifest, no vault key) before anything is claimed."""
+    from scrapeflow.http import HttpConfig
+    from scrapeflow.proxies import ProxyProviderFromList
+
     bank_urls, today = _sandbox_sites(settings)
+    proxies = settings.proxies
     return Launcher(
         settings.db_url,
         vault=CredentialVault.from_settings(settings),
@@ -42,6 +51,8 @@ def launcher_from_settings(settings: Settings, *, on_event: EventSink | None = N
         today=today,
         log_dir=settings.log_dir,
         on_event=on_event,
+        http_config=HttpConfig.from_settings(settings, max_connections=_BANK_CONNECTIONS),
+        proxy_provider=ProxyProviderFromList.from_file(proxies) if proxies else None,
     )
 
 

@@ -81,7 +81,7 @@ def run(
         identity=identity,
     )
     from scrapeflow.cli._display import http_table, scrape_with_display
-    from scrapeflow.http import HostPolicy, HttpConfig, RetryPolicy
+    from scrapeflow.http import HttpConfig
     from scrapeflow.proxies import ProxyProviderFromList
     from scrapeflow.status import check_task_set
     from scrapeflow.urllist import UrlList
@@ -89,13 +89,8 @@ def run(
     with input_errors():
         urls = UrlList.open(urls_file)
         provider = ProxyProviderFromList.from_file(config.proxies) if config.proxies else None
-        http = HttpConfig(
-            max_connections=config.parallelism,
-            timeout=config.timeout,
-            host=HostPolicy(concurrency=config.per_host, delay=config.delay),
-            retry=RetryPolicy(attempts=config.retries + 1),
-            rotate_after=config.rotate_after,
-            identities=config.identity,
+        http = HttpConfig.from_settings(
+            config, max_connections=config.parallelism, timeout=config.timeout
         )
         check_task_set(dir, urls.tasks(), executors=["scrape"], force=force)
     if urls.duplicates:

@@ -5,8 +5,12 @@ from __future__ import annotations
 import dataclasses
 import random
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 from scrapeflow.errors import ConfigError
+
+if TYPE_CHECKING:
+    from scrapeflow.config import Settings
 
 __all__ = ["HostPolicy", "HttpConfig", "RetryPolicy"]
 
@@ -102,6 +106,21 @@ class HttpConfig:
     """``"browser"``: each session a coherent real-browser header set; ``"none"``: aiohttp's."""
     seed: int | None = None
     """Seed for jitter, identities and proxy choice (None: random)."""
+
+    @classmethod
+    def from_settings(
+        cls, settings: Settings, *, max_connections: int, timeout: float = 30.0
+    ) -> HttpConfig:
+        """The process's HTTP settings (``per_host``, ``delay``, ``retries``, ``rotate_after``,
+        ``identity``) for a client of ``max_connections`` requests in flight."""
+        return cls(
+            max_connections=max_connections,
+            timeout=timeout,
+            host=HostPolicy(concurrency=settings.per_host, delay=settings.delay),
+            retry=RetryPolicy(attempts=settings.retries + 1),
+            rotate_after=settings.rotate_after,
+            identities=settings.identity,
+        )
 
     def __post_init__(self) -> None:
         if self.max_connections < 1:
