@@ -4,6 +4,9 @@
 * the :class:`JobQueue` interface, and its embedded backend :class:`EmbeddedJobQueue` (asyncio
   tasks in this process) over a :class:`JobStore`: :class:`SqlJobStore` (SQLite or PostgreSQL,
   the ``scrapeflow_jobs`` table) or :class:`MemoryJobStore` (tests);
+* :class:`ProcrastinateJobQueue`: the same interface across machines, procrastinate workers
+  dispatching the jobs of the ``scrapeflow_jobs`` table on PostgreSQL (the ``distributed``
+  extra);
 * :class:`Scheduler`: a :class:`DailySchedule` (cron and time zone) whose run submits one job
   per target, spread over a window, once a day across restarts;
 * job kinds are handlers registered by name (:data:`JobKinds`), never an import path.
@@ -15,12 +18,17 @@ True
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING, Any
+
 from scrapeflow.jobs._memory import MemoryJobStore
 from scrapeflow.jobs._model import ACTIVE_STATES, Job, JobState, JobTally, new_job_id
 from scrapeflow.jobs._runner import EmbeddedJobQueue, JobContext, JobHandler, JobKinds, JobQueue
 from scrapeflow.jobs._schedule import DailySchedule
 from scrapeflow.jobs._scheduler import Scheduler, ScheduleRun
 from scrapeflow.jobs._store import JobStore, SqlJobStore, jobs_table
+
+if TYPE_CHECKING:
+    from scrapeflow.jobs._procrastinate import ProcrastinateJobQueue
 
 __all__ = [
     "ACTIVE_STATES",
@@ -35,9 +43,25 @@ __all__ = [
     "JobStore",
     "JobTally",
     "MemoryJobStore",
+    "ProcrastinateJobQueue",
     "ScheduleRun",
     "Scheduler",
     "SqlJobStore",
     "jobs_table",
     "new_job_id",
 ]
+
+
+def __getattr__(name: str) -> Any:
+    # procrastinate is an optional extra: imported when the distributed backend is asked for
+    if name == "ProcrastinateJobQueue":
+        try:
+            from scrapeflow.jobs._procrastinate import ProcrastinateJobQueue
+        except ModuleNotFoundError as exc:
+            if exc.name not in ("procrastinate", "psycopg", "psycopg_pool"):
+                raise
+            from scrapeflow.errors import MissingExtra
+
+            raise MissingExtra("the procrastinate job backend", "distributed") from exc
+        return ProcrastinateJobQueue
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

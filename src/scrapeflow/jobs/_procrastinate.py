@@ -1,0 +1,341 @@
+"""The distributed job queue: ``scrapeflow_jobs`` keeps each job, procrastinate dispatches it.
+
+:class:`ProcrastinateJobQueue` is the :class:`~scrapeflow.jobs.JobQueue` of several machines
+on one PostgreSQL database. A job's row (params, state, progress, result, error, dedupe key,
+heartbeat, cancel flag) is written exactly as :class:`~scrapeflow.jobs.SqlJobStore` writes it,
+with the same conditional writes; procrastinate carries the *dispatch*: a ``scrapeflow.run``
+task per job that wakes a worker through NOTIFY, its workers' liveness, and the abort of a
+running job on whichever machine runs it.
+
+* A delivery claims the row (queued → running, owner = this delivery), stamps its heartbeat and
+  progress every ``heartbeat`` seconds, and ends it ``succeeded``, ``failed`` or ``cancelled``.
+  A duplicate delivery finds the row taken and does nothing; a delivery whose row was taken
+  over stops at its next heartbeat. Every queue delivers at least once: effects are idempotent.
+* Stopping a worker lets running jobs finish within ``grace`` seconds; the rest go back to the
+  queue (the row to ``queued``, the dispatch to ``todo``) and another worker runs them.
+* A periodic sweep (every ``sweep_every`` seconds, once across all workers) re-queues the
+  dispatches of dead workers, puts running rows whose heartbeat stopped back in the queue (or
+  fails them after ``max_attempts``), and dispatches queued rows that no dispatch waits for (a
+  defer that failed after the row was stored).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import os
+import socket
+from collections.abc import Awaitable, Callable, Collection, Mapping, Sequence
+from datetime import UTC, datetime, timedelta
+from types import TracebackType
+from typing import Any
+
+from procrastinate import App, PsycopgConnector
+from procrastinate.exceptions import AlreadyEnqueued
+
+from scrapeflow._util.logs import get_logger
+from scrapeflow._util.redact import redact
+from scrapeflow.errors import JobNotFound, UnknownJobKind
+from scrapeflow.jobs._delivery import DeliveryRunner
+from scrapeflow.jobs._dispatch import (
+    RUN_TASK,
+    SWEEP_TASK,
+    RetryReleased,
+    dispatch_lock,
+    ensure_schema,
+    live_dispatches,
+    psycopg_conninfo,
+    undispatched,
+)
+from scrapeflow.jobs._model import Job, JobState, JobTally, new_job_id
+from scrapeflow.jobs._runner import JobKinds
+from scrapeflow.jobs._store import SqlJobStore
+
+__all__ = ["ProcrastinateJobQueue"]
+
+_log = get_logger(__name__)
+
+
+class ProcrastinateJobQueue:
+    """A :class:`~scrapeflow.jobs.JobQueue` over procrastinate workers on PostgreSQL.
+
+    >>> async with ProcrastinateJobQueue(url, kinds, concurrency=8) as queue:  # doctest: +SKIP
+    ...     job = await queue.submit("fetch", {"urls": "s3://b/urls.txt"})
+    ...     done = await queue.wait(job.id)
+
+    ``run_jobs=False``: only submit, look and cancel (the API process); with ``run_jobs=True``
+    a procrastinate worker runs up to ``concurrency`` jobs in this process, and takes part in
+    the sweep. A job is stalled when its heartbeat is older than ``stalled_after`` (default
+    three heartbeats): a killed worker's job runs again elsewhere within about
+    ``stalled_after + sweep_every + poll`` seconds. ``poll`` bounds how long a re-queued
+    dispatch waits for a worker (new ones wake a worker at once) and how often :meth:`wait`
+    looks.
+    """
+
+    def __init__(
+        self,
+        db_url: str,
+        kinds: JobKinds,
+        *,
+        run_jobs: bool = True,
+        concurrency: int = 4,
+        queue: str = "scrapeflow",
+        heartbeat: float = 5.0,
+        stalled_after: float | None = None,
+        sweep_every: int = 5,
+        poll: float = 1.0,
+        grace: float = 10.0,
+        max_attempts: int = 5,
+        on_change: Callable[[Job], Awaitable[None]] | None = None,
+    ) -> None:
+        if concurrency < 1 or heartbeat <= 0 or poll <= 0 or max_attempts < 1 or grace < 0:
+            raise ValueError(
+                "concurrency, heartbeat, poll, grace and max_attempts must be positive"
+            )
+        if not 1 <= sweep_every <= 59:
+            raise ValueError("sweep_every must be between 1 and 59 seconds")
+        self.store = SqlJobStore(db_url)
+        self.kinds = dict(kinds)
+        self.run_jobs = run_jobs
+        self.concurrency = concurrency
+        self.queue = queue
+        self.heartbeat = heartbeat
+        self.stalled_after = stalled_after if stalled_after is not None else 3 * heartbeat
+        if self.stalled_after <= heartbeat:
+            raise ValueError("stalled_after must be longer than the heartbeat interval")
+        self.poll = poll
+        self.grace = grace
+        self.max_attempts = max_attempts
+        self.on_change = on_change
+        """Told of each job submitted or cancelled here, and of those this process runs."""
+        self.name = f"{socket.gethostname()[:30]}:{os.getpid()}"
+        self.app = App(
+            connector=PsycopgConnector(
+                conninfo=psycopg_conninfo(db_url), min_size=1, max_size=concurrency + 3
+            )
+        )
+        self._runner = DeliveryRunner(
+            self.store,
+            self.kinds,
+            name=self.name,
+            heartbeat=self.heartbeat,
+            stalled_after=self.stalled_after,
+            max_attempts=max_attempts,
+            tell=self._tell,
+        )
+        self._run = self.app.task(
+            name=RUN_TASK, queue=queue, pass_context=True, retry=RetryReleased()
+        )(self._runner.deliver)
+        # queueing_lock only, never lock: a sweep stuck in `doing` must not block the next ones.
+        sweep = self.app.task(name=SWEEP_TASK, queue=queue, queueing_lock=f"{SWEEP_TASK}:{queue}")
+        self.app.periodic(cron=f"* * * * * */{sweep_every}", periodic_id=queue)(sweep(self._sweep))
+        self._created: set[str] = set()
+        self._worker: asyncio.Task[None] | None = None
+
+    # -- lifecycle -------------------------------------------------------------------------
+
+    async def __aenter__(self) -> ProcrastinateJobQueue:
+        await self.store.open()
+        try:
+            if await ensure_schema(self.store.engine):
+                _log.info("applied procrastinate's schema")
+            await self.app.open_async()
+        except BaseException:
+            await self.store.close()
+            raise
+        if self.run_jobs:
+            self._worker = asyncio.create_task(
+                self.app.run_worker_async(
+                    queues=[self.queue],
+                    name=self.name,
+                    concurrency=self.concurrency,
+                    wait=True,
+                    fetch_job_polling_interval=self.poll,
+                    abort_job_polling_interval=self.poll,
+                    shutdown_graceful_timeout=self.grace,
+                    listen_notify=True,
+                    delete_jobs="successful",  # the record is scrapeflow_jobs
+                    install_signal_handlers=False,
+                    update_heartbeat_interval=self.heartbeat,
+                    stalled_worker_timeout=self.stalled_after,
+                ),
+                name="procrastinate-worker",
+            )
+        return self
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        await self.stop()
+        await self.app.close_async()
+        await self.store.close()
+
+    async def stop(self) -> None:
+        """Take no new job; let running ones finish within ``grace`` seconds, then put them
+        back in the queue, where another worker takes them."""
+        worker, self._worker = self._worker, None
+        if worker is None:
+            return
+        worker.cancel()
+        try:
+            # procrastinate bounds its own shutdown; this bounds it whatever happens
+            async with asyncio.timeout(self.grace + 15):
+                await worker
+        except asyncio.CancelledError:
+            pass
+        except Exception as exc:
+            _log.error("job worker stopped badly", error=redact(repr(exc)))
+
+    # -- the JobQueue interface ------------------------------------------------------------
+
+    async def submit(
+        self, kind: str, params: Mapping[str, Any] | None = None, *, dedupe_key: str | None = None
+    ) -> Job:
+        """Queue a job of a registered ``kind``; with ``dedupe_key``, the active job holding
+        that key is returned instead of a new one."""
+        if kind not in self.kinds:
+            known = ", ".join(sorted(self.kinds)) or "none"
+            raise UnknownJobKind(f"no job kind {kind!r} (known: {known})")
+        job = Job(
+            id=new_job_id(),
+            kind=kind,
+            params=dict(params or {}),
+            state=JobState.QUEUED,
+            created_at=datetime.now(UTC),
+            dedupe_key=dedupe_key,
+        )
+        stored = await self.store.add(job)
+        if stored.id == job.id:
+            self._created.add(job.id)
+            await self._dispatch(job.id)
+            await self._tell(job.id)
+        return stored
+
+    def submitted_here(self, job_id: str) -> bool:
+        """Whether :meth:`submit` of this queue created the job (False: it joined the active job
+        holding the dedupe key, or never saw it)."""
+        return job_id in self._created
+
+    async def get(self, job_id: str) -> Job:
+        job = await self.store.get(job_id)
+        if job is None:
+            raise JobNotFound(f"no job {job_id!r}")
+        local = self._runner.running.get(job_id)
+        if local is not None:
+            job.progress = dict(local.counts)  # fresher than the last heartbeat
+        return job
+
+    async def find(
+        self,
+        *,
+        kind: str | None = None,
+        states: Sequence[JobState] = (),
+        limit: int = 100,
+        before: str | None = None,
+    ) -> list[Job]:
+        return await self.store.find(kind=kind, states=states, limit=limit, before=before)
+
+    async def active(self, dedupe_key: str) -> Job | None:
+        """The queued or running job that holds ``dedupe_key``, or None."""
+        return await self.store.active(dedupe_key)
+
+    async def counts(self) -> dict[tuple[str, JobState], int]:
+        """How many jobs there are of each kind in each state."""
+        return await self.store.counts()
+
+    async def tally(self, job_ids: Collection[str]) -> JobTally:
+        """How many of ``job_ids`` are in each state, and when the last of them ended."""
+        return await self.store.tally(job_ids)
+
+    async def cancel(self, job_id: str) -> Job:
+        """Cancel a job: a queued one ends at once; a running one is asked to stop (the job
+        returned has ``cancel_requested``), and its worker, wherever it is, stops it within
+        moments (NOTIFY), or at its next heartbeat."""
+        before = await self.store.get(job_id)
+        job = await self.store.cancel(job_id, datetime.now(UTC))
+        if job is None or before is None:
+            raise JobNotFound(f"no job {job_id!r}")
+        ended_queued = before.state is JobState.QUEUED and job.state is JobState.CANCELLED
+        if ended_queued or (job.state is JobState.RUNNING and job.cancel_requested):
+            try:
+                manager = self.app.job_manager
+                for dispatch in await live_dispatches(manager, job_id):
+                    await manager.cancel_job_by_id_async(dispatch, abort=True)
+            except Exception as exc:  # the heartbeat still carries the cancel to the worker
+                _log.warning(
+                    "could not abort a job's dispatch", job=job_id, error=redact(repr(exc))
+                )
+        if ended_queued:
+            await self._tell(job_id)
+        return job
+
+    async def wait(self, job_id: str) -> Job:
+        """The job once it has ended (bound it with ``asyncio.timeout``)."""
+        while True:
+            job = await self.get(job_id)
+            if job.state.final:
+                return job
+            event = self._runner.finished.setdefault(job_id, asyncio.Event())
+            with contextlib.suppress(TimeoutError):
+                async with asyncio.timeout(self.poll):
+                    await event.wait()
+
+    async def requeue_stalled(self) -> list[Job]:
+        """The sweep, once: re-queue the dispatches of dead workers, put running jobs silent
+        for ``stalled_after`` back in the queue (or fail those that had ``max_attempts``), and
+        dispatch queued jobs that no dispatch waits for. The jobs put back or failed, as after.
+        """
+        manager = self.app.job_manager
+        for dispatch in await manager.get_stalled_jobs(
+            queue=self.queue, seconds_since_heartbeat=self.stalled_after
+        ):
+            try:
+                await manager.retry_job(dispatch)
+            except Exception as exc:  # another sweep got there first
+                _log.info("stalled dispatch not retried", dispatch=dispatch.id, error=repr(exc))
+        cutoff = datetime.now(UTC) - timedelta(seconds=self.stalled_after)
+        ids = await self.store.requeue_stalled(cutoff, self.max_attempts)
+        if ids:
+            _log.warning("jobs whose worker stopped are run again", jobs=ids)
+        changed: list[Job] = []
+        for job_id in ids:
+            job = await self.store.get(job_id)
+            if job is None:
+                continue
+            if job.state is JobState.QUEUED:
+                await self._dispatch(job_id)
+            await self._tell(job_id)
+            changed.append(job)
+        for job_id in await undispatched(self.store.engine, cutoff):
+            _log.warning("a queued job had no dispatch: dispatching it", job=job_id)
+            await self._dispatch(job_id)
+        return changed
+
+    # -- dispatch and delivery -------------------------------------------------------------
+
+    async def _dispatch(self, job_id: str) -> None:
+        """Defer the job's dispatch; one that already waits will do (the queueing lock)."""
+        try:
+            await self._run.configure(
+                queueing_lock=dispatch_lock(job_id), queue=self.queue
+            ).defer_async(job_id=job_id)
+        except AlreadyEnqueued:
+            pass
+        except Exception as exc:  # the row stays queued: the sweep dispatches it later
+            _log.warning("could not dispatch a job", job=job_id, error=redact(repr(exc)))
+
+    async def _sweep(self, timestamp: int) -> None:
+        await self.requeue_stalled()
+
+    async def _tell(self, job_id: str) -> None:
+        if self.on_change is None:
+            return
+        try:
+            job = await self.store.get(job_id)
+            if job is not None:
+                await self.on_change(job)
+        except Exception as exc:  # a broken listener must not break the queue
+            _log.warning("job listener failed", job=job_id, error=redact(repr(exc)))

@@ -1,0 +1,229 @@
+"""The procrastinate job backend on a real PostgreSQL database (a fresh one per test).
+
+Workers run in this process or in another one (``procrastinate_worker``): a job runs to its
+end with its progress, a cancel reaches a job another process runs, a killed worker's job
+and a stopped worker's job are finished by another worker.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import signal
+import subprocess
+import sys
+from collections.abc import AsyncIterator, Iterator
+from contextlib import contextmanager
+from datetime import UTC, datetime
+from pathlib import Path
+
+import pytest
+
+from scrapeflow.db import create_engine
+from scrapeflow.jobs import Job, JobState, ProcrastinateJobQueue, SqlJobStore, new_job_id
+from scrapeflow.jobs._dispatch import ensure_schema
+from tests._databases import _pg_database
+
+from ._kinds import KINDS
+from .procrastinate_worker import TIMINGS
+
+REPO = Path(__file__).resolve().parents[2]
+
+# Generous bounds for a loaded shared machine; the timings make the real delays a few seconds.
+CANCEL_BOUND = 10.0
+RECOVERY_BOUND = 90.0
+
+
+@pytest.fixture
+async def pg_url() -> AsyncIterator[str]:
+    """An empty PostgreSQL database (skipped without a server, a failure under CI=true)."""
+    async with _pg_database(template=None) as url:
+        yield url
+
+
+def queue(url: str, **options: object) -> ProcrastinateJobQueue:
+    return ProcrastinateJobQueue(url, KINDS, **{**TIMINGS, **options})  # type: ignore[arg-type]
+
+
+@contextmanager
+def worker_process(db_url: str) -> Iterator[subprocess.Popen[str]]:
+    process = subprocess.Popen(
+        [sys.executable, "-m", "tests.jobs.procrastinate_worker", db_url],
+        cwd=REPO,
+        stdout=subprocess.PIPE,
+        text=True,
+        env={**os.environ, "PYTHONPATH": str(REPO)},
+    )
+    try:
+        assert process.stdout is not None
+        assert process.stdout.readline().strip() == "ready"
+        yield process
+    finally:
+        if process.poll() is None:
+            process.kill()
+        process.wait(timeout=10)
+        if process.stdout is not None:
+            process.stdout.close()
+
+
+async def until_running(jobs: ProcrastinateJobQueue, job_id: str) -> Job:
+    async with asyncio.timeout(30):
+        while (job := await jobs.get(job_id)).state is not JobState.RUNNING:
+            await asyncio.sleep(0.05)
+    return job
+
+
+async def test_a_submitted_job_runs_to_its_result_with_its_progress(pg_url: str) -> None:
+    seen: list[tuple[str, JobState]] = []
+
+    async def on_change(job: Job) -> None:
+        seen.append((job.id, job.state))
+
+    async with queue(pg_url, on_change=on_change) as jobs:
+        job = await jobs.submit("count_to", {"n": 3})
+        assert job.state is JobState.QUEUED
+        async with asyncio.timeout(30):
+            done = await jobs.wait(job.id)
+        assert (await jobs.counts())[("count_to", JobState.SUCCEEDED)] == 1
+        assert (await jobs.tally([job.id])).counts == {JobState.SUCCEEDED: 1}
+    assert done.state is JobState.SUCCEEDED
+    assert done.result == {"counted": 3}
+    assert done.progress == {"done": 3, "total": 3}
+    assert done.attempts == 1
+    assert seen == [
+        (job.id, JobState.QUEUED),
+        (job.id, JobState.RUNNING),
+        (job.id, JobState.SUCCEEDED),
+    ]
+
+
+async def test_a_failing_job_fails_with_its_error_redacted(pg_url: str) -> None:
+    async with queue(pg_url) as jobs:
+        job = await jobs.submit("explode")
+        async with asyncio.timeout(30):
+            done = await jobs.wait(job.id)
+    assert done.state is JobState.FAILED
+    assert done.error is not None and "the site changed" in done.error
+    assert "s3cret" not in done.error
+
+
+async def test_a_dedupe_key_returns_the_active_job(pg_url: str) -> None:
+    async with queue(pg_url, run_jobs=False) as jobs:
+        first = await jobs.submit("count_to", {"n": 1}, dedupe_key="customer-7")
+        again = await jobs.submit("count_to", {"n": 2}, dedupe_key="customer-7")
+        other = await jobs.submit("count_to", {"n": 1}, dedupe_key="customer-8")
+        assert again.id == first.id
+        assert jobs.submitted_here(first.id) and not jobs.submitted_here("nope")
+        assert other.id != first.id
+        assert (await jobs.active("customer-7")) == first
+        await jobs.cancel(first.id)
+        assert await jobs.active("customer-7") is None
+        third = await jobs.submit("count_to", {"n": 1}, dedupe_key="customer-7")
+        assert third.id != first.id
+
+
+async def test_cancelling_a_queued_job_ends_it_and_no_worker_runs_it(
+    pg_url: str, tmp_path: Path
+) -> None:
+    marks = tmp_path / "marks"
+    async with queue(pg_url, run_jobs=False) as client:
+        job = await client.submit("count_to", {"n": 1, "marks": str(marks)})
+        cancelled = await client.cancel(job.id)
+        assert cancelled.state is JobState.CANCELLED
+        async with queue(pg_url) as worker:
+            waiting = await client.submit("count_to", {"n": 1})  # runs: the worker works
+            async with asyncio.timeout(30):
+                assert (await worker.wait(waiting.id)).state is JobState.SUCCEEDED
+        assert (await client.get(job.id)).state is JobState.CANCELLED
+    assert not marks.exists()
+
+
+async def test_a_cancel_stops_a_job_running_in_another_process(pg_url: str, tmp_path: Path) -> None:
+    marks = tmp_path / "marks"
+    async with queue(pg_url, run_jobs=False) as client:
+        job = await client.submit("hang", {"marks": str(marks)})
+        with worker_process(pg_url):
+            await until_running(client, job.id)
+            asked = await client.cancel(job.id)
+            assert asked.cancel_requested
+            async with asyncio.timeout(CANCEL_BOUND):
+                done = await client.wait(job.id)
+    assert done.state is JobState.CANCELLED
+    assert marks.read_text() == "stored before the cancel\n"
+
+
+async def test_a_killed_workers_job_is_finished_by_another_worker(
+    pg_url: str, tmp_path: Path
+) -> None:
+    marks = tmp_path / "marks"
+    async with queue(pg_url, run_jobs=False) as client:
+        job = await client.submit("count_to", {"n": 40, "pause": 0.1, "marks": str(marks)})
+        with worker_process(pg_url) as process:
+            await until_running(client, job.id)
+            process.send_signal(signal.SIGKILL)
+            process.wait(timeout=10)
+        assert (await client.get(job.id)).state is JobState.RUNNING  # as the dead one left it
+        async with queue(pg_url) as survivor:
+            async with asyncio.timeout(RECOVERY_BOUND):
+                done = await survivor.wait(job.id)
+    assert done.state is JobState.SUCCEEDED
+    assert done.result == {"counted": 40}
+    assert done.attempts == 2
+    assert marks.read_text().splitlines() == [str(process.pid), str(os.getpid())]
+
+
+async def test_a_stopped_worker_hands_its_job_back_and_another_finishes_it(
+    pg_url: str, tmp_path: Path
+) -> None:
+    marks = tmp_path / "marks"
+    async with queue(pg_url, run_jobs=False) as client:
+        job = await client.submit("count_to", {"n": 30, "pause": 0.1, "marks": str(marks)})
+        async with queue(pg_url, grace=0.3) as first:
+            await until_running(client, job.id)
+        handed_back = await client.get(job.id)
+        assert handed_back.state is JobState.QUEUED
+        assert handed_back.owner is None
+        async with queue(pg_url) as second:
+            async with asyncio.timeout(RECOVERY_BOUND):
+                done = await second.wait(job.id)
+        assert first is not second
+    assert done.state is JobState.SUCCEEDED
+    assert done.result == {"counted": 30}
+    assert len(marks.read_text().splitlines()) == 2  # one run each
+
+
+async def test_a_queued_job_left_without_a_dispatch_is_dispatched_by_the_sweep(
+    pg_url: str,
+) -> None:
+    async with queue(pg_url, run_jobs=False):
+        pass  # the tables
+    store = SqlJobStore(pg_url)  # a row stored, then the defer failed
+    await store.open()
+    try:
+        orphan = await store.add(
+            Job(
+                id=new_job_id(),
+                kind="count_to",
+                params={"n": 2},
+                state=JobState.QUEUED,
+                created_at=datetime.now(UTC),
+            )
+        )
+    finally:
+        await store.close()
+    async with queue(pg_url) as worker:
+        async with asyncio.timeout(RECOVERY_BOUND):
+            done = await worker.wait(orphan.id)
+    assert done.state is JobState.SUCCEEDED
+    assert done.result == {"counted": 2}
+
+
+async def test_processes_starting_together_apply_the_schema_once(pg_url: str) -> None:
+    engines = [create_engine(pg_url) for _ in range(3)]
+    try:
+        applied = await asyncio.gather(*(ensure_schema(engine) for engine in engines))
+        assert sorted(applied) == [False, False, True]
+        assert await ensure_schema(engines[0]) is False
+    finally:
+        for engine in engines:
+            await engine.dispose()
