@@ -27,9 +27,9 @@ import tomllib
 from collections.abc import Mapping
 from contextvars import ContextVar
 from pathlib import Path
-from typing import Annotated, Any, ClassVar
+from typing import Annotated, Any, ClassVar, Literal
 
-from pydantic import Field, SecretStr, ValidationError, field_validator
+from pydantic import Field, SecretStr, ValidationError, ValidationInfo, field_validator
 from pydantic_settings import (
     BaseSettings,
     InitSettingsSource,
@@ -151,6 +151,9 @@ class Settings(BaseSettings):
     """Port the service listens on; 0 picks a free one (printed at start)."""
     api_max_body: Annotated[int, Field(ge=1_024, le=1_073_741_824)] = 1_048_576
     """Bytes a request body may hold; a bigger one is refused (413), and never buffered."""
+    jobs_backend: Literal["embedded", "procrastinate"] = "embedded"
+    """Who runs the jobs: ``embedded`` (the service itself) or ``procrastinate`` (workers on
+    any machines, ``scrapeflow worker``; PostgreSQL only, and the ``distributed`` extra)."""
     job_concurrency: Annotated[int, Field(ge=1, le=1_000)] = 4
     """Jobs the service runs at once (each refresh runs all its accesses in parallel)."""
     job_heartbeat: Seconds = 5.0
@@ -197,6 +200,15 @@ class Settings(BaseSettings):
             if value.upper() not in LogLevel.__members__:
                 raise ValueError(f"must be one of {', '.join(LogLevel)}")
             return value.upper()
+        return value
+
+    @field_validator("jobs_backend")
+    @classmethod
+    def _distributed_needs_postgresql(cls, value: str, info: ValidationInfo) -> str:
+        if value == "procrastinate" and not str(info.data.get("db_url", "")).startswith(
+            "postgresql"
+        ):
+            raise ValueError("'procrastinate' runs on PostgreSQL: db_url must be postgresql://…")
         return value
 
     @field_validator("schedule")

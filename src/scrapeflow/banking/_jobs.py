@@ -49,7 +49,7 @@ from scrapeflow.banking._results import ResultCode, ScrapeState
 from scrapeflow.banking._setup import launcher_from_settings
 from scrapeflow.banking._state import DEFAULT_HEARTBEAT, reset_stuck
 from scrapeflow.errors import ConfigError, InputError
-from scrapeflow.jobs import EmbeddedJobQueue, Job, JobContext, JobHandler, JobState
+from scrapeflow.jobs import EmbeddedJobQueue, Job, JobContext, JobHandler, JobQueue, JobState
 
 if TYPE_CHECKING:
     from scrapeflow.config import Settings
@@ -425,7 +425,7 @@ class WatchdogReport:
 
 
 async def run_watchdog(
-    queue: EmbeddedJobQueue,
+    queue: JobQueue,
     sessions: async_sessionmaker[AsyncSession],
     *,
     limit: timedelta,
@@ -449,7 +449,12 @@ async def run_watchdog(
         raise ConfigError(f"the watchdog's limit must be positive, got {limit.total_seconds():g} s")
     if not 0 < heartbeat < float("inf"):
         raise ConfigError(f"the heartbeat interval must be positive, got {heartbeat!r}")
-    stalled = await queue.requeue_stalled(silent_for=limit.total_seconds())
+    # A distributed queue sweeps its stalled jobs itself, on its workers' own schedule.
+    stalled = (
+        await queue.requeue_stalled(silent_for=limit.total_seconds())
+        if isinstance(queue, EmbeddedJobQueue)
+        else []
+    )
     held = await _held_customers(queue, sessions)
     if not held:
         rows = await reset_stuck(sessions, limit=limit, heartbeat=heartbeat)
@@ -470,9 +475,7 @@ async def run_watchdog(
     )
 
 
-async def _held_customers(
-    queue: EmbeddedJobQueue, sessions: async_sessionmaker[AsyncSession]
-) -> set[int]:
+async def _held_customers(queue: JobQueue, sessions: async_sessionmaker[AsyncSession]) -> set[int]:
     """Ids of the customers that running bank jobs hold (their heartbeat is fresh: the sweep
     has just put back every silent one)."""
     external: set[str] = set()

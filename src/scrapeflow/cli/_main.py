@@ -17,7 +17,7 @@ from typing import Any
 
 import typer
 
-from scrapeflow.cli import bank, demo, fetch, run, sandbox, serve, status
+from scrapeflow.cli import bank, demo, fetch, run, sandbox, serve, status, worker
 from scrapeflow.cli._common import (
     EXIT_BAD_INPUT,
     EXIT_INTERRUPTED,
@@ -54,6 +54,7 @@ app.command("status", context_settings=HELP_OPTION)(status.status)
 app.command("demo", context_settings=HELP_OPTION)(demo.demo)
 app.command("sandbox", context_settings=HELP_OPTION)(sandbox.sandbox)
 app.command("serve", context_settings=HELP_OPTION)(serve.serve)
+app.command("worker", context_settings=HELP_OPTION)(worker.worker)
 app.add_typer(bank.app, name="bank")
 app.add_typer(serve.keys, name="keys")
 

@@ -31,14 +31,13 @@ def create_app(settings: Settings) -> FastAPI:
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
         from scrapeflow.banking import migrate
         from scrapeflow.db import create_engine, session_factory
-        from scrapeflow.jobs import EmbeddedJobQueue, SqlJobStore
         from scrapeflow.server._courier import Courier
         from scrapeflow.server._daily import daily_refresh
         from scrapeflow.server._events import EventLog
         from scrapeflow.server._keys import open_keys
         from scrapeflow.server._watch import ServiceWatchdog
         from scrapeflow.server._webhooks import Webhooks
-        from scrapeflow.server._work import job_kinds
+        from scrapeflow.server._work import job_queue
 
         await migrate(settings.db_url)
         engine = create_engine(settings.db_url)
@@ -47,19 +46,14 @@ def create_app(settings: Settings) -> FastAPI:
             webhooks = Webhooks(engine)
             await webhooks.open()
             events = EventLog(engine, outbox=webhooks.enqueue)
-            store = SqlJobStore(settings.db_url, engine=engine)
+            # With procrastinate, workers run the jobs; the service only submits them.
+            runs_jobs = settings.jobs_backend == "embedded"
             # The courier stops after the queue: the events of the queue's shutdown are queued
             # for delivery like any (and sent at the next start if not now).
             async with (
                 events,
                 Courier(engine, settings, events),
-                EmbeddedJobQueue(
-                    store,
-                    job_kinds(settings, events),
-                    concurrency=settings.job_concurrency,
-                    heartbeat=settings.job_heartbeat,
-                    on_change=events.job_changed,
-                ) as queue,
+                job_queue(settings, events, engine, run_jobs=runs_jobs) as queue,
             ):
                 sessions = session_factory(engine)
                 scheduler = daily_refresh(settings, engine, sessions, queue)

@@ -10,7 +10,7 @@ from dataclasses import dataclass, field
 from sqlalchemy.ext.asyncio import AsyncEngine, AsyncSession, async_sessionmaker
 
 from scrapeflow.config import Settings
-from scrapeflow.jobs import EmbeddedJobQueue, Scheduler
+from scrapeflow.jobs import JobQueue, Scheduler
 from scrapeflow.server._events import EventLog
 from scrapeflow.server._webhooks import Webhooks
 
@@ -50,7 +50,7 @@ class ServiceState:
     settings: Settings
     engine: AsyncEngine
     sessions: async_sessionmaker[AsyncSession]
-    queue: EmbeddedJobQueue
+    queue: JobQueue
     events: EventLog
     webhooks: Webhooks
     scheduler: Scheduler | None = None

@@ -13,7 +13,7 @@ from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 from scrapeflow._util.logs import get_logger
 from scrapeflow._util.tasks import stop_task
 from scrapeflow.config import Settings
-from scrapeflow.jobs import EmbeddedJobQueue
+from scrapeflow.jobs import JobQueue
 
 __all__ = ["ServiceWatchdog"]
 
@@ -31,7 +31,7 @@ class ServiceWatchdog:
 
     def __init__(
         self,
-        queue: EmbeddedJobQueue,
+        queue: JobQueue,
         sessions: async_sessionmaker[AsyncSession],
         settings: Settings,
     ) -> None:

@@ -1,18 +1,23 @@
-"""The job kinds the service runs, by name: what ``POST …/refresh`` and ``POST /v1/jobs`` queue."""
+"""The job kinds the service runs, by name: what ``POST …/refresh`` and ``POST /v1/jobs`` queue;
+and the queue that runs them, on the ``jobs_backend`` setting (the service's own, or
+procrastinate workers: the same kinds, in ``scrapeflow worker`` processes)."""
 
 from __future__ import annotations
 
 from collections.abc import Mapping
+from contextlib import AbstractAsyncContextManager
 from typing import TYPE_CHECKING, Any
 
+from sqlalchemy.ext.asyncio import AsyncEngine
+
 from scrapeflow.config import Settings
-from scrapeflow.jobs import JobContext, JobHandler
+from scrapeflow.jobs import JobContext, JobHandler, JobQueue
 from scrapeflow.server._events import EventLog
 
 if TYPE_CHECKING:
     from scrapeflow.banking import BankJobEvent
 
-__all__ = ["api_job_kinds", "job_kinds"]
+__all__ = ["api_job_kinds", "job_kinds", "job_queue"]
 
 
 def job_kinds(settings: Settings, events: EventLog) -> dict[str, JobHandler]:
@@ -45,3 +50,33 @@ def api_job_kinds(settings: Settings) -> dict[str, JobHandler]:
         return await run_jobs.run(context.job.id, context.params, context.progress)
 
     return {FETCH_KIND: fetch, RUN_KIND: run}
+
+
+def job_queue(
+    settings: Settings, events: EventLog, engine: AsyncEngine, *, run_jobs: bool
+) -> AbstractAsyncContextManager[JobQueue]:
+    """The queue of ``settings.jobs_backend`` (not entered yet). ``run_jobs``: this process
+    runs jobs (the service on the embedded backend, a worker on procrastinate's); else it only
+    submits, looks and cancels (the service on procrastinate's)."""
+    kinds = job_kinds(settings, events)
+    if settings.jobs_backend == "procrastinate":
+        from scrapeflow.jobs import ProcrastinateJobQueue
+
+        return ProcrastinateJobQueue(
+            settings.db_url,
+            kinds,
+            run_jobs=run_jobs,
+            concurrency=settings.job_concurrency,
+            heartbeat=settings.job_heartbeat,
+            on_change=events.job_changed,
+        )
+    from scrapeflow.jobs import EmbeddedJobQueue, SqlJobStore
+
+    return EmbeddedJobQueue(
+        SqlJobStore(settings.db_url, engine=engine),
+        kinds,
+        concurrency=settings.job_concurrency,
+        heartbeat=settings.job_heartbeat,
+        run_jobs=run_jobs,
+        on_change=events.job_changed,
+    )
