@@ -25,7 +25,7 @@ import asyncio
 import contextlib
 import os
 import socket
-from collections.abc import Awaitable, Callable, Collection, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Mapping
 from datetime import UTC, datetime, timedelta
 from types import TracebackType
 from typing import Any
@@ -35,7 +35,7 @@ from procrastinate.exceptions import AlreadyEnqueued
 
 from scrapeflow._util.logs import get_logger
 from scrapeflow._util.redact import redact
-from scrapeflow.errors import JobNotFound, UnknownJobKind
+from scrapeflow.errors import JobNotFound
 from scrapeflow.jobs._delivery import DeliveryRunner
 from scrapeflow.jobs._dispatch import (
     RUN_TASK,
@@ -47,7 +47,8 @@ from scrapeflow.jobs._dispatch import (
     psycopg_conninfo,
     undispatched,
 )
-from scrapeflow.jobs._model import Job, JobState, JobTally, new_job_id
+from scrapeflow.jobs._model import Job, JobState
+from scrapeflow.jobs._reads import StoredJobs
 from scrapeflow.jobs._runner import JobKinds
 from scrapeflow.jobs._store import SqlJobStore
 
@@ -56,7 +57,7 @@ __all__ = ["ProcrastinateJobQueue"]
 _log = get_logger(__name__)
 
 
-class ProcrastinateJobQueue:
+class ProcrastinateJobQueue(StoredJobs):
     """A :class:`~scrapeflow.jobs.JobQueue` over procrastinate workers on PostgreSQL.
 
     >>> async with ProcrastinateJobQueue(url, kinds, concurrency=8) as queue:  # doctest: +SKIP
@@ -71,6 +72,8 @@ class ProcrastinateJobQueue:
     dispatch waits for a worker (new ones wake a worker at once) and how often :meth:`wait`
     looks.
     """
+
+    store: SqlJobStore
 
     def __init__(
         self,
@@ -196,17 +199,7 @@ class ProcrastinateJobQueue:
     ) -> Job:
         """Queue a job of a registered ``kind``; with ``dedupe_key``, the active job holding
         that key is returned instead of a new one."""
-        if kind not in self.kinds:
-            known = ", ".join(sorted(self.kinds)) or "none"
-            raise UnknownJobKind(f"no job kind {kind!r} (known: {known})")
-        job = Job(
-            id=new_job_id(),
-            kind=kind,
-            params=dict(params or {}),
-            state=JobState.QUEUED,
-            created_at=datetime.now(UTC),
-            dedupe_key=dedupe_key,
-        )
+        job = self._new_job(kind, params, dedupe_key, datetime.now(UTC))
         stored = await self.store.add(job)
         if stored.id == job.id:
             self._created.add(job.id)
@@ -214,41 +207,9 @@ class ProcrastinateJobQueue:
             await self._tell(job.id)
         return stored
 
-    def submitted_here(self, job_id: str) -> bool:
-        """Whether :meth:`submit` of this queue created the job (False: it joined the active job
-        holding the dedupe key, or never saw it)."""
-        return job_id in self._created
-
-    async def get(self, job_id: str) -> Job:
-        job = await self.store.get(job_id)
-        if job is None:
-            raise JobNotFound(f"no job {job_id!r}")
+    def _live_counts(self, job_id: str) -> dict[str, int] | None:
         local = self._runner.running.get(job_id)
-        if local is not None:
-            job.progress = dict(local.counts)  # fresher than the last heartbeat
-        return job
-
-    async def find(
-        self,
-        *,
-        kind: str | None = None,
-        states: Sequence[JobState] = (),
-        limit: int = 100,
-        before: str | None = None,
-    ) -> list[Job]:
-        return await self.store.find(kind=kind, states=states, limit=limit, before=before)
-
-    async def active(self, dedupe_key: str) -> Job | None:
-        """The queued or running job that holds ``dedupe_key``, or None."""
-        return await self.store.active(dedupe_key)
-
-    async def counts(self) -> dict[tuple[str, JobState], int]:
-        """How many jobs there are of each kind in each state."""
-        return await self.store.counts()
-
-    async def tally(self, job_ids: Collection[str]) -> JobTally:
-        """How many of ``job_ids`` are in each state, and when the last of them ended."""
-        return await self.store.tally(job_ids)
+        return None if local is None else local.counts
 
     async def cancel(self, job_id: str) -> Job:
         """Cancel a job: a queued one ends at once; a running one is asked to stop (the job

@@ -33,7 +33,8 @@ from typing import Any, Protocol
 from scrapeflow._util.logs import get_logger
 from scrapeflow._util.redact import redact
 from scrapeflow.errors import JobNotFound, UnknownJobKind
-from scrapeflow.jobs._model import Job, JobState, JobTally, new_job_id
+from scrapeflow.jobs._model import Job, JobState, JobTally
+from scrapeflow.jobs._reads import StoredJobs
 from scrapeflow.jobs._store import JobStore
 
 __all__ = ["EmbeddedJobQueue", "JobContext", "JobHandler", "JobKinds", "JobQueue"]
@@ -98,7 +99,7 @@ JobKinds = Mapping[str, JobHandler]
 """The job kinds a queue runs, by name. Kinds are chosen by name only, never by import path."""
 
 
-class EmbeddedJobQueue:
+class EmbeddedJobQueue(StoredJobs):
     """A :class:`JobQueue` that runs jobs in this process. Use as an async context manager.
 
     >>> async with EmbeddedJobQueue(SqlJobStore(url), {"echo": echo}) as queue:  # doctest: +SKIP
@@ -192,17 +193,7 @@ class EmbeddedJobQueue:
     ) -> Job:
         """Queue a job of a registered ``kind``; with ``dedupe_key``, the active job holding
         that key is returned instead of a new one."""
-        if kind not in self.kinds:
-            known = ", ".join(sorted(self.kinds)) or "none"
-            raise UnknownJobKind(f"no job kind {kind!r} (known: {known})")
-        job = Job(
-            id=new_job_id(),
-            kind=kind,
-            params=dict(params or {}),
-            state=JobState.QUEUED,
-            created_at=self._clock(),
-            dedupe_key=dedupe_key,
-        )
+        job = self._new_job(kind, params, dedupe_key, self._clock())
         stored = await self.store.add(job)
         if stored.id == job.id:
             self._created.add(job.id)
@@ -212,43 +203,9 @@ class EmbeddedJobQueue:
         self._wake.set()
         return stored
 
-    def submitted_here(self, job_id: str) -> bool:
-        """Whether :meth:`submit` of this queue created the job (False: it joined the active job
-        holding the dedupe key, or never saw it)."""
-        return job_id in self._created
-
-    async def get(self, job_id: str) -> Job:
-        job = await self.store.get(job_id)
-        if job is None:
-            raise JobNotFound(f"no job {job_id!r}")
+    def _live_counts(self, job_id: str) -> dict[str, int] | None:
         local = self._running.get(job_id)
-        if local is not None:
-            job.progress = dict(local[1].counts)  # fresher than the last heartbeat
-        return job
-
-    async def find(
-        self,
-        *,
-        kind: str | None = None,
-        states: Sequence[JobState] = (),
-        limit: int = 100,
-        before: str | None = None,
-    ) -> list[Job]:
-        return await self.store.find(kind=kind, states=states, limit=limit, before=before)
-
-    async def active(self, dedupe_key: str) -> Job | None:
-        """The queued or running job that holds ``dedupe_key`` (what :meth:`submit` with that
-        key would return), or None."""
-        return await self.store.active(dedupe_key)
-
-    async def counts(self) -> dict[tuple[str, JobState], int]:
-        """How many jobs there are of each kind in each state (what metrics show)."""
-        return await self.store.counts()
-
-    async def tally(self, job_ids: Collection[str]) -> JobTally:
-        """How many of ``job_ids`` are in each state (unknown ids are left out), and when the
-        last of them ended."""
-        return await self.store.tally(job_ids)
+        return None if local is None else local[1].counts
 
     async def cancel(self, job_id: str) -> Job:
         """Cancel a job: a queued one ends at once, a running one within ``poll`` seconds."""

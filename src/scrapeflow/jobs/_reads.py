@@ -1,0 +1,87 @@
+"""What every job queue backend does the same way over its :class:`JobStore`: making a new job
+of a registered kind, and reading jobs back (get, find, active, counts, tally)."""
+
+from __future__ import annotations
+
+from collections.abc import Collection, Mapping, Sequence
+from datetime import datetime
+from typing import Any
+
+from scrapeflow.errors import JobNotFound, UnknownJobKind
+from scrapeflow.jobs._model import Job, JobState, JobTally, new_job_id
+from scrapeflow.jobs._store import JobStore
+
+__all__ = ["StoredJobs"]
+
+
+class StoredJobs:
+    """The store-backed half of a :class:`~scrapeflow.jobs.JobQueue`. A backend sets ``store``,
+    ``kinds`` and ``_created`` and tells, by :meth:`_live_counts`, the fresher progress of the
+    jobs it runs itself."""
+
+    store: JobStore
+    kinds: dict[str, Any]
+    _created: set[str]
+
+    def _new_job(
+        self,
+        kind: str,
+        params: Mapping[str, Any] | None,
+        dedupe_key: str | None,
+        now: datetime,
+    ) -> Job:
+        """A queued job of a registered ``kind`` (:class:`UnknownJobKind` names the known)."""
+        if kind not in self.kinds:
+            known = ", ".join(sorted(self.kinds)) or "none"
+            raise UnknownJobKind(f"no job kind {kind!r} (known: {known})")
+        return Job(
+            id=new_job_id(),
+            kind=kind,
+            params=dict(params or {}),
+            state=JobState.QUEUED,
+            created_at=now,
+            dedupe_key=dedupe_key,
+        )
+
+    def _live_counts(self, job_id: str) -> dict[str, int] | None:
+        """The progress of a job this process runs, fresher than its last heartbeat."""
+        return None
+
+    def submitted_here(self, job_id: str) -> bool:
+        """Whether :meth:`submit` of this queue created the job (False: it joined the active job
+        holding the dedupe key, or never saw it)."""
+        return job_id in self._created
+
+    async def get(self, job_id: str) -> Job:
+        job = await self.store.get(job_id)
+        if job is None:
+            raise JobNotFound(f"no job {job_id!r}")
+        live = self._live_counts(job_id)
+        if live is not None:
+            job.progress = dict(live)
+        return job
+
+    async def find(
+        self,
+        *,
+        kind: str | None = None,
+        states: Sequence[JobState] = (),
+        limit: int = 100,
+        before: str | None = None,
+    ) -> list[Job]:
+        """Newest first; ``before`` a job id (the page after it)."""
+        return await self.store.find(kind=kind, states=states, limit=limit, before=before)
+
+    async def active(self, dedupe_key: str) -> Job | None:
+        """The queued or running job that holds ``dedupe_key`` (what ``submit`` with that key
+        would return), or None."""
+        return await self.store.active(dedupe_key)
+
+    async def counts(self) -> dict[tuple[str, JobState], int]:
+        """How many jobs there are of each kind in each state (what metrics show)."""
+        return await self.store.counts()
+
+    async def tally(self, job_ids: Collection[str]) -> JobTally:
+        """How many of ``job_ids`` are in each state (unknown ids are left out), and when the
+        last of them ended."""
+        return await self.store.tally(job_ids)
