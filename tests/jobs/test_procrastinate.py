@@ -66,9 +66,13 @@ def worker_process(db_url: str) -> Iterator[subprocess.Popen[str]]:
             process.stdout.close()
 
 
-async def until_running(jobs: ProcrastinateJobQueue, job_id: str) -> Job:
+async def until_running(jobs: ProcrastinateJobQueue, job_id: str, marks: Path | None = None) -> Job:
+    """Until the job runs (and, with ``marks``, its handler has written its first mark: a
+    claimed row alone does not mean the handler has started)."""
     async with asyncio.timeout(30):
-        while (job := await jobs.get(job_id)).state is not JobState.RUNNING:
+        while (job := await jobs.get(job_id)).state is not JobState.RUNNING or (
+            marks is not None and not (marks.exists() and marks.read_text().endswith("\n"))
+        ):
             await asyncio.sleep(0.05)
     return job
 
@@ -143,7 +147,7 @@ async def test_a_cancel_stops_a_job_running_in_another_process(pg_url: str, tmp_
     async with queue(pg_url, run_jobs=False) as client:
         job = await client.submit("hang", {"marks": str(marks)})
         with worker_process(pg_url):
-            await until_running(client, job.id)
+            await until_running(client, job.id, marks)
             asked = await client.cancel(job.id)
             assert asked.cancel_requested
             async with asyncio.timeout(CANCEL_BOUND):
@@ -159,7 +163,7 @@ async def test_a_killed_workers_job_is_finished_by_another_worker(
     async with queue(pg_url, run_jobs=False) as client:
         job = await client.submit("count_to", {"n": 40, "pause": 0.1, "marks": str(marks)})
         with worker_process(pg_url) as process:
-            await until_running(client, job.id)
+            await until_running(client, job.id, marks)
             process.send_signal(signal.SIGKILL)
             process.wait(timeout=10)
         assert (await client.get(job.id)).state is JobState.RUNNING  # as the dead one left it

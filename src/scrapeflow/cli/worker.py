@@ -66,13 +66,17 @@ async def _work(config: Settings) -> bool:
         webhooks = Webhooks(engine)  # what an event calls for is written with it, here too
         await webhooks.open()
         events = EventLog(engine, outbox=webhooks.enqueue)
-        async with events, job_queue(config, events, engine, run_jobs=True):
+        async with events, job_queue(config, events, engine, run_jobs=True) as queue:
             out.print(
                 f"worker taking jobs ({config.job_concurrency} at once)",
                 highlight=False,
                 soft_wrap=True,
             )
-            await stop.wait()
-        return True
+            asked = asyncio.ensure_future(stop.wait())
+            running = getattr(queue, "worker", None)
+            waited = {asked} if running is None else {asked, running}
+            await asyncio.wait(waited, return_when=asyncio.FIRST_COMPLETED)
+            asked.cancel()
+            return stop.is_set()
     finally:
         await engine.dispose()

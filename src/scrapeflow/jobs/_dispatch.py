@@ -62,9 +62,18 @@ def psycopg_conninfo(db_url: str) -> str:
     url = make_url(db_url)
     if url.get_backend_name() != "postgresql":
         raise ConfigError(f"the procrastinate job backend needs PostgreSQL, not {url.drivername}")
+    # libpq's own parameters (sslmode, sslrootcert…) go on; asyncpg's "ssl" is libpq's sslmode.
+    query = {k: v for k, v in url.query.items() if k != "ssl"}
+    if "ssl" in url.query and "sslmode" not in url.query:
+        query["sslmode"] = url.query["ssl"]
     plain = url.set(drivername="postgresql", query={}).render_as_string(hide_password=False)
     return make_conninfo(
-        plain, keepalives=1, keepalives_idle=10, keepalives_interval=5, keepalives_count=3
+        plain,
+        keepalives=1,
+        keepalives_idle=10,
+        keepalives_interval=5,
+        keepalives_count=3,
+        **{k: v if isinstance(v, str) else v[-1] for k, v in query.items()},
     )
 
 

@@ -203,9 +203,18 @@ class ProcrastinateJobQueue(StoredJobs):
         stored = await self.store.add(job)
         if stored.id == job.id:
             self._created.add(job.id)
-            await self._dispatch(job.id)
+            # Told before it is dispatched: a worker may start it the moment it is, and its
+            # job.running must come after this job.queued.
             await self._tell(job.id)
+            await self._dispatch(job.id)
         return stored
+
+    @property
+    def worker(self) -> asyncio.Task[None] | None:
+        """The procrastinate worker this process runs (``run_jobs``), while it runs. It may end
+        by itself (a database outage it could not ride out): a worker process should then exit,
+        so its supervisor starts it again."""
+        return self._worker
 
     def _live_counts(self, job_id: str) -> dict[str, int] | None:
         local = self._runner.running.get(job_id)

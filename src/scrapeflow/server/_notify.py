@@ -31,6 +31,7 @@ _log = get_logger(__name__)
 CHANNEL = "scrapeflow_events"
 _MAX_PAYLOAD = 7_000  # PostgreSQL's limit is 8,000 bytes
 _RETRY = (0.5, 30.0)  # first and longest wait before listening again
+_PING = 30.0  # seconds between two checks that the listening connection still answers
 
 Woken = Callable[[Collection[str] | None, Collection[str] | None], None]
 """Told the customers and jobs of events another process stored (None, None: maybe any)."""
@@ -75,7 +76,7 @@ class EventNotices:
             lost = asyncio.Event()
             try:
                 connection = await asyncpg.connect(dsn)
-            except (OSError, asyncpg.PostgresError) as exc:
+            except Exception as exc:  # down, refusing, mid-restart: try again later
                 _log.warning("cannot listen for events", error=type(exc).__name__, retry_in=wait)
                 await asyncio.sleep(wait)
                 wait = min(wait * 2, _RETRY[1])
@@ -86,8 +87,16 @@ class EventNotices:
                 self.listening.set()
                 wait = _RETRY[0]
                 self.woken(None, None)  # what was stored while nobody listened
-                await lost.wait()
+                while not lost.is_set():  # a network that drops silently is found by a ping
+                    with contextlib.suppress(TimeoutError):
+                        await asyncio.wait_for(lost.wait(), _PING)
+                    if not lost.is_set():
+                        await asyncio.wait_for(connection.fetchval("SELECT 1"), _PING)
                 _log.warning("the event listener's connection was lost; listening again")
+            except Exception as exc:
+                _log.warning("the event listener failed; listening again", error=type(exc).__name__)
+                await asyncio.sleep(wait)
+                wait = min(wait * 2, _RETRY[1])
             finally:
                 self.listening.clear()
                 with contextlib.suppress(Exception):
