@@ -212,12 +212,22 @@ def test_redaction_masks_what_the_reference_pattern_masks() -> None:
     assert [redact(t) for t in texts] == [reference_redact(t) for t in texts]
 
 
+def test_a_key_value_connection_strings_password_is_masked() -> None:
+    """psycopg and libpq name the server with key=value pairs, not a URL."""
+    assert redact("no route: user=bob password=hunter2 host=db") == (
+        "no route: user=bob password=*** host=db"
+    )
+    assert redact("PASSWORD='hun ter\\'2' dbname=x") == "PASSWORD=*** dbname=x"
+    assert "hunter2" not in redact("dsn=host=h password=hunter2@h2 port=5")
+
+
 LINEAR_SHAPES = {
     "long URL path": lambda n: "http://127.0.0.1:1/" + "a" * n,
     "query of many pairs": lambda n: "http://u:p@127.0.0.1:1/?" + "a=1&" * (n // 4) + "@x",
     "many schemes": lambda n: "x" + "a://" * (n // 4),
     "many credentials": lambda n: "@[" * (n // 2),
     "commas": lambda n: "," * n + "@x",
+    "passwords": lambda n: "password=" * (n // 9),
 }
 
 

@@ -32,6 +32,8 @@ _STARTERS = frozenset("([=,")
 _SCHEME_CHARS = frozenset("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789+.-")
 _LETTERS = frozenset("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ")
 _EQUALS_OR_COMMA = re.compile(r"[=,]")
+# "password=secret" or "password='se cret'" in a key=value connection string (libpq, psycopg).
+_CONNINFO_PASSWORD = re.compile(r"(?i)\b(password)=('(?:[^'\\]|\\.)*'|[^\s'\"]+)")
 # "No scheme left in the token": its "://" is past any index, so it is never searched again.
 _NO_SCHEME = (-1, sys.maxsize)
 
@@ -45,7 +47,11 @@ def redact(text: str) -> str:
     'Cannot connect via http://***@127.0.0.2:8888'
     >>> redact("bob:p@ss@10.0.0.1:3128 and http://token@h:1")
     '***@10.0.0.1:3128 and http://***@h:1'
+    >>> redact("connection failed: user=bob password=hunter2 host=db")
+    'connection failed: user=bob password=*** host=db'
     """
+    if "password=" in text.lower():  # a libpq key=value connection string
+        text = _CONNINFO_PASSWORD.sub(r"\1=***", text)
     at = text.find("@")
     if at < 0:
         return text

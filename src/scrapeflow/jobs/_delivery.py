@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import asyncio
 import secrets
+import time
 from collections.abc import Awaitable, Callable
 from datetime import UTC, datetime, timedelta
 from typing import Any
@@ -27,6 +28,7 @@ from procrastinate.job_context import AbortReason
 
 from scrapeflow._util.logs import get_logger
 from scrapeflow._util.redact import redact
+from scrapeflow._util.tasks import stop_task
 from scrapeflow.errors import UnknownJobKind
 from scrapeflow.jobs._dispatch import Released
 from scrapeflow.jobs._model import Job, JobState
@@ -37,6 +39,8 @@ __all__: list[str] = []
 
 _log = get_logger(__name__)
 _MAX_ERROR = 1_000
+_FINISH_TRIES = 3
+"""Attempts to store how a run ended before leaving it to the sweep (which would run it again)."""
 _Outcome = tuple[JobState, dict[str, Any] | None, str | None]
 
 
@@ -122,7 +126,7 @@ class DeliveryRunner:
                 return  # another delivery holds the job now
             outcome = (JobState.CANCELLED, None, "cancelled")
         finally:
-            watch.cancel()
+            await stop_task(watch)
         await self._settle(context, owner, outcome)
 
     async def _handle(self, context: JobContext) -> _Outcome:
@@ -143,26 +147,39 @@ class DeliveryRunner:
         self, context: JobContext, owner: str, work: asyncio.Task[_Outcome], interrupted: set[str]
     ) -> None:
         """Stamp the job's heartbeat and progress; stop it when it was cancelled or taken over
-        (the sweep found it silent and gave it to another worker)."""
+        (the sweep found it silent and gave it to another worker), or when the database has
+        not taken a beat for nearly as long as the sweep waits before giving the job to
+        another worker: two workers never run one job for long, even cut off from each other."""
         job_id = context.job.id
+        last_beat = time.monotonic()
         while not work.done():
             await asyncio.sleep(self.heartbeat)
             try:
-                row = await self._store.get(job_id)
-                if row is None or row.owner != owner or row.state is not JobState.RUNNING:
-                    _log.warning("a running job was taken over: stopping it here", job=job_id)
-                    interrupted.add("lost")
-                    work.cancel()
-                    return
-                asked = await self._store.heartbeat(
-                    owner, {job_id: dict(context.counts)}, datetime.now(UTC)
-                )
+                async with asyncio.timeout(self.heartbeat):
+                    row = await self._store.get(job_id)
+                    if row is None or row.owner != owner or row.state is not JobState.RUNNING:
+                        _log.warning("a running job was taken over: stopping it here", job=job_id)
+                        interrupted.add("lost")
+                        work.cancel()
+                        return
+                    asked = await self._store.heartbeat(
+                        owner, {job_id: dict(context.counts)}, datetime.now(UTC)
+                    )
+                last_beat = time.monotonic()
                 if job_id in asked:
                     interrupted.add("cancel")
                     work.cancel()
                     return
-            except Exception as exc:  # a database hiccup: the next beat tries again
+            except Exception as exc:  # a database hiccup: the next beat tries again…
                 _log.warning("job heartbeat failed", job=job_id, error=redact(repr(exc)))
+                if time.monotonic() - last_beat >= self.stalled_after - self.heartbeat:
+                    # …until the sweep may already be handing the job to another worker
+                    _log.warning(
+                        "no heartbeat stored for too long: stopping the job here", job=job_id
+                    )
+                    interrupted.add("lost")
+                    work.cancel()
+                    return
 
     async def _settle(self, context: JobContext, owner: str, outcome: _Outcome | None) -> None:
         """Store how the run ended (None: handed back to the queue), shielded from the
@@ -176,15 +193,22 @@ class DeliveryRunner:
                 await self._store.release(job.id, owner)
                 return
             state, result, error = outcome
-            ended = await self._store.finish(
-                job.id,
-                owner,
-                state,
-                datetime.now(UTC),
-                result=result,
-                error=error,
-                progress=dict(context.counts),
-            )
+            for attempt in range(_FINISH_TRIES):  # a hiccup must not make a done job run again
+                try:
+                    ended = await self._store.finish(
+                        job.id,
+                        owner,
+                        state,
+                        datetime.now(UTC),
+                        result=result,
+                        error=error,
+                        progress=dict(context.counts),
+                    )
+                    break
+                except Exception:
+                    if attempt == _FINISH_TRIES - 1:
+                        raise
+                    await asyncio.sleep(0.5 * (attempt + 1))
             if ended:
                 await self._tell(job.id)
         except Exception as exc:  # its heartbeat stops: the sweep runs it again

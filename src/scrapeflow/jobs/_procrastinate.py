@@ -172,9 +172,11 @@ class ProcrastinateJobQueue(StoredJobs):
         exc: BaseException | None,
         tb: TracebackType | None,
     ) -> None:
-        await self.stop()
-        await self.app.close_async()
-        await self.store.close()
+        try:
+            await self.stop()
+            await self.app.close_async()
+        finally:
+            await self.store.close()
 
     async def stop(self) -> None:
         """Take no new job; let running ones finish within ``grace`` seconds, then put them
@@ -249,9 +251,13 @@ class ProcrastinateJobQueue(StoredJobs):
             if job.state.final:
                 return job
             event = self._runner.finished.setdefault(job_id, asyncio.Event())
-            with contextlib.suppress(TimeoutError):
-                async with asyncio.timeout(self.poll):
-                    await event.wait()
+            try:
+                with contextlib.suppress(TimeoutError):
+                    async with asyncio.timeout(self.poll):
+                        await event.wait()
+            finally:
+                if not event.is_set():  # only a run in this process sets and drops it
+                    self._runner.finished.pop(job_id, None)
 
     async def requeue_stalled(self) -> list[Job]:
         """The sweep, once: re-queue the dispatches of dead workers, put running jobs silent
