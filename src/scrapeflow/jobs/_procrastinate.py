@@ -305,13 +305,3 @@ class ProcrastinateJobQueue(StoredJobs):
 
     async def _sweep(self, timestamp: int) -> None:
         await self.requeue_stalled()
-
-    async def _tell(self, job_id: str) -> None:
-        if self.on_change is None:
-            return
-        try:
-            job = await self.store.get(job_id)
-            if job is not None:
-                await self.on_change(job)
-        except Exception as exc:  # a broken listener must not break the queue
-            _log.warning("job listener failed", job=job_id, error=redact(repr(exc)))

@@ -1,17 +1,22 @@
 """What every job queue backend does the same way over its :class:`JobStore`: making a new job
-of a registered kind, and reading jobs back (get, find, active, counts, tally)."""
+of a registered kind, reading jobs back (get, find, active, counts, tally), and telling its
+``on_change`` listener of a job as stored."""
 
 from __future__ import annotations
 
-from collections.abc import Collection, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Collection, Mapping, Sequence
 from datetime import datetime
 from typing import Any
 
+from scrapeflow._util.logs import get_logger
+from scrapeflow._util.redact import redact
 from scrapeflow.errors import JobNotFound, UnknownJobKind
 from scrapeflow.jobs._model import Job, JobState, JobTally, new_job_id
 from scrapeflow.jobs._store import JobStore
 
 __all__ = ["StoredJobs"]
+
+_log = get_logger(__name__)
 
 
 class StoredJobs:
@@ -21,6 +26,7 @@ class StoredJobs:
 
     store: JobStore
     kinds: dict[str, Any]
+    on_change: Callable[[Job], Awaitable[None]] | None
     _created: set[str]
 
     def _new_job(
@@ -42,6 +48,17 @@ class StoredJobs:
             created_at=now,
             dedupe_key=dedupe_key,
         )
+
+    async def _tell(self, job_id: str) -> None:
+        """Tell ``on_change`` the job as stored now."""
+        if self.on_change is None:
+            return
+        try:
+            job = await self.store.get(job_id)
+            if job is not None:
+                await self.on_change(job)
+        except Exception as exc:  # a broken listener must not break the queue
+            _log.warning("job listener failed", job=job_id, error=redact(repr(exc)))
 
     def _live_counts(self, job_id: str) -> dict[str, int] | None:
         """The progress of a job this process runs, fresher than its last heartbeat."""

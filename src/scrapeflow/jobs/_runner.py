@@ -300,16 +300,6 @@ class EmbeddedJobQueue(StoredJobs):
         task = asyncio.create_task(self._run(context), name=f"job-{job.id}")
         self._running[job.id] = (task, context)
 
-    async def _tell(self, job_id: str) -> None:
-        if self.on_change is None:
-            return
-        try:
-            job = await self.store.get(job_id)
-            if job is not None:
-                await self.on_change(job)
-        except Exception as exc:  # a broken listener must not break the queue
-            _log.warning("job listener failed", job=job_id, error=redact(repr(exc)))
-
     async def _run(self, context: JobContext) -> None:
         job = context.job
         state, result, error = JobState.FAILED, None, None
