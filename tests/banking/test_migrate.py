@@ -85,9 +85,14 @@ async def test_a_database_of_another_application_is_refused_untouched(empty_db_u
 async def test_scrapeflows_own_tables_made_first_are_not_another_applications(
     empty_db_url: str,
 ) -> None:
-    await _execute(empty_db_url, "CREATE TABLE scrapeflow_jobs (id INTEGER PRIMARY KEY)")
+    await _execute(
+        empty_db_url,
+        "CREATE TABLE scrapeflow_jobs (id INTEGER PRIMARY KEY)",
+        # the distributed backend's dispatch tables: a worker may have started on it first
+        "CREATE TABLE procrastinate_jobs (id INTEGER PRIMARY KEY)",
+    )
     await migrate(empty_db_url)
-    assert {"scrapeflow_jobs", "customers"} <= await _tables(empty_db_url)
+    assert {"scrapeflow_jobs", "procrastinate_jobs", "customers"} <= await _tables(empty_db_url)
 
 
 async def test_a_revision_from_elsewhere_is_refused(empty_db_url: str) -> None:

@@ -18,15 +18,19 @@ MIGRATIONS_DIR = Path(__file__).with_name("migrations")
 
 OWN_TABLE_PREFIX = "scrapeflow_"
 """Tables scrapeflow makes outside these migrations (the job queue, the service's API keys)."""
+_DISPATCH_TABLE_PREFIX = "procrastinate_"
+"""The distributed job backend's dispatch tables (procrastinate's schema), which its queue
+applies by itself: a worker or a queue may have started on the database first."""
 
 
 async def migrate(url: str, revision: str = "head", *, adopt: bool = False) -> None:
     """Create or upgrade the bank schema at ``url`` to ``revision`` (the latest). Idempotent.
 
     The database must be empty, or scrapeflow's already (its ``alembic_version``, or only
-    ``scrapeflow_*`` tables): one holding another application's tables is refused with a
-    :class:`~scrapeflow.errors.ConfigError` naming them, unless ``adopt=True`` (add the bank
-    tables beside them). A migration that fails leaves the database as it was.
+    ``scrapeflow_*`` and the job backend's ``procrastinate_*`` tables): one holding another
+    application's tables is refused with a :class:`~scrapeflow.errors.ConfigError` naming
+    them, unless ``adopt=True`` (add the bank tables beside them). A migration that fails
+    leaves the database as it was.
 
     >>> await migrate("sqlite+aiosqlite:///scrapeflow.db")  # doctest: +SKIP
     """
@@ -45,7 +49,9 @@ async def migrate(url: str, revision: str = "head", *, adopt: bool = False) -> N
 def _ours(table: str) -> bool:
     from scrapeflow.banking._models import Base
 
-    return table in Base.metadata.tables or table.startswith(OWN_TABLE_PREFIX)
+    return table in Base.metadata.tables or table.startswith(
+        (OWN_TABLE_PREFIX, _DISPATCH_TABLE_PREFIX)
+    )
 
 
 def _check_sqlite_path(url: str) -> None:

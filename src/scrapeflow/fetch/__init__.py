@@ -13,9 +13,11 @@ any of its worker processes, lives; workers die with their parent; a run killed 
 is completed exactly by the next (:class:`FetchRun`).
 
 The service's ``fetch`` jobs (``POST /v1/jobs``) are :class:`FetchJobs`: a URL list into the
-service's store, one shard per job.
+service's store, one shard per job. ``feed.page`` jobs (:class:`FeedChainJobs`) walk a cursor
+feed as a chain of follow-up jobs, a page per job, on whichever workers run the queue.
 """
 
+from scrapeflow.fetch._feedchain import FEED_PAGE_KIND, FeedChainJobs, FeedPageParams, chain_posts
 from scrapeflow.fetch._input import FetchItem, read_items
 from scrapeflow.fetch._job import (
     FETCH_KIND,
@@ -38,6 +40,7 @@ from scrapeflow.fetch._settings import (
 )
 
 __all__ = [
+    "FEED_PAGE_KIND",
     "FETCH_KIND",
     "GRACE_SECONDS",
     "MAX_CONCURRENT_FETCHES",
@@ -49,6 +52,8 @@ __all__ = [
     "MAX_FETCH_JOB_URLS",
     "MAX_JOB_URL_LENGTH",
     "OUTCOMES",
+    "FeedChainJobs",
+    "FeedPageParams",
     "FetchItem",
     "FetchItemOutcome",
     "FetchJobParams",
@@ -56,6 +61,7 @@ __all__ = [
     "FetchReport",
     "FetchRun",
     "FetchSettings",
+    "chain_posts",
     "fetch_items",
     "read_items",
     "run_fetch",

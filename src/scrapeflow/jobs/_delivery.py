@@ -32,7 +32,7 @@ from scrapeflow._util.tasks import stop_task
 from scrapeflow.errors import UnknownJobKind
 from scrapeflow.jobs._dispatch import Released
 from scrapeflow.jobs._model import Job, JobState
-from scrapeflow.jobs._runner import JobContext, JobKinds
+from scrapeflow.jobs._runner import FollowUp, JobContext, JobKinds
 from scrapeflow.jobs._store import SqlJobStore
 
 __all__: list[str] = []
@@ -57,6 +57,7 @@ class DeliveryRunner:
         stalled_after: float,
         max_attempts: int,
         tell: Callable[[str], Awaitable[None]],
+        follow_up: FollowUp,
     ) -> None:
         self._store = store
         self._kinds = kinds
@@ -65,6 +66,7 @@ class DeliveryRunner:
         self.stalled_after = stalled_after
         self.max_attempts = max_attempts
         self._tell = tell
+        self._follow_up = follow_up
         self.running: dict[str, JobContext] = {}
         """The jobs running here, with their live progress."""
         self.finished: dict[str, asyncio.Event] = {}
@@ -77,7 +79,7 @@ class DeliveryRunner:
         job = await self._claim(job_id, owner)
         if job is None:
             return  # cancelled, ended, or running on a live worker: a duplicate delivery
-        context = JobContext(job)
+        context = JobContext(job, self._follow_up)
         self.running[job.id] = context
         try:
             await self._run_claimed(dispatch, context, owner)

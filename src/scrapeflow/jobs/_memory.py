@@ -31,8 +31,8 @@ class MemoryJobStore:
             for other in self._jobs.values():
                 if other.dedupe_key == job.dedupe_key and other.state in ACTIVE_STATES:
                     return _copy(other)
-        if job.id in self._jobs:
-            raise ValueError(f"job {job.id} exists")
+        if job.id in self._jobs:  # a follow-up queued again: the one queued before
+            return _copy(self._jobs[job.id])
         self._jobs[job.id] = _copy(job)
         return job
 

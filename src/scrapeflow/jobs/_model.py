@@ -3,13 +3,14 @@
 from __future__ import annotations
 
 import enum
+import hashlib
 import secrets
 import time
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
-__all__ = ["ACTIVE_STATES", "Job", "JobState", "JobTally", "new_job_id"]
+__all__ = ["ACTIVE_STATES", "Job", "JobState", "JobTally", "follow_up_id", "new_job_id"]
 
 
 class JobState(enum.StrEnum):
@@ -32,6 +33,19 @@ ACTIVE_STATES = frozenset({JobState.QUEUED, JobState.RUNNING})
 def new_job_id() -> str:
     """A unique id that sorts by creation time: 12 hex digits of milliseconds, 16 random."""
     return f"{int(time.time() * 1000):012x}{secrets.token_hex(8)}"
+
+
+def follow_up_id(parent_id: str, key: str) -> str:
+    """The id of the follow-up job that job ``parent_id`` queues under ``key``: always the same
+    for the same two, so a job run again after a crash queues the job it queued before, not a
+    second one (a chain never forks). It sorts just after its parent (one millisecond later).
+    """
+    try:
+        born = int(parent_id[:12], 16) + 1
+    except ValueError:  # not an id this module made: any time will do, the digest decides
+        born = 0
+    digest = hashlib.sha256(f"{parent_id}\0{key}".encode()).hexdigest()[:16]
+    return f"{born:012x}{digest}"
 
 
 @dataclass(slots=True)

@@ -125,6 +125,7 @@ class ProcrastinateJobQueue(StoredJobs):
             stalled_after=self.stalled_after,
             max_attempts=max_attempts,
             tell=self._tell,
+            follow_up=self._follow,
         )
         self._run = self.app.task(
             name=RUN_TASK, queue=queue, pass_context=True, retry=RetryReleased()
@@ -201,9 +202,11 @@ class ProcrastinateJobQueue(StoredJobs):
     ) -> Job:
         """Queue a job of a registered ``kind``; with ``dedupe_key``, the active job holding
         that key is returned instead of a new one."""
-        job = self._new_job(kind, params, dedupe_key, datetime.now(UTC))
+        return await self._queue(self._new_job(kind, params, dedupe_key, self._now()))
+
+    async def _queue(self, job: Job) -> Job:
         stored = await self.store.add(job)
-        if stored.id == job.id:
+        if stored is job:  # stored now, not found (a dedupe key's holder, a follow-up)
             self._created.add(job.id)
             # Told before it is dispatched: a worker may start it the moment it is, and its
             # job.running must come after this job.queued.

@@ -5,13 +5,13 @@ of a registered kind, reading jobs back (get, find, active, counts, tally), and 
 from __future__ import annotations
 
 from collections.abc import Awaitable, Callable, Collection, Mapping, Sequence
-from datetime import datetime
+from datetime import UTC, datetime
 from typing import Any
 
 from scrapeflow._util.logs import get_logger
 from scrapeflow._util.redact import redact
 from scrapeflow.errors import JobNotFound, UnknownJobKind
-from scrapeflow.jobs._model import Job, JobState, JobTally, new_job_id
+from scrapeflow.jobs._model import Job, JobState, JobTally, follow_up_id, new_job_id
 from scrapeflow.jobs._store import JobStore
 
 __all__ = ["StoredJobs"]
@@ -35,19 +35,35 @@ class StoredJobs:
         params: Mapping[str, Any] | None,
         dedupe_key: str | None,
         now: datetime,
+        parent: Job | None = None,
+        key: str = "",
     ) -> Job:
-        """A queued job of a registered ``kind`` (:class:`UnknownJobKind` names the known)."""
+        """A queued job of a registered ``kind`` (:class:`UnknownJobKind` names the known); a
+        follow-up of ``parent`` under ``key`` has the id those two make (:func:`follow_up_id`).
+        """
         if kind not in self.kinds:
             known = ", ".join(sorted(self.kinds)) or "none"
             raise UnknownJobKind(f"no job kind {kind!r} (known: {known})")
         return Job(
-            id=new_job_id(),
+            id=new_job_id() if parent is None else follow_up_id(parent.id, key),
             kind=kind,
             params=dict(params or {}),
             state=JobState.QUEUED,
             created_at=now,
             dedupe_key=dedupe_key,
         )
+
+    async def _follow(self, parent: Job, kind: str, params: Mapping[str, Any], key: str) -> Job:
+        """Queue the follow-up ``key`` of job ``parent`` (:meth:`JobContext.submit`)."""
+        return await self._queue(self._new_job(kind, params, None, self._now(), parent, key))
+
+    async def _queue(self, job: Job) -> Job:
+        """Store ``job`` and hand it to the backend's workers; the job stored (another one when
+        its dedupe key or id was taken)."""
+        raise NotImplementedError
+
+    def _now(self) -> datetime:
+        return datetime.now(UTC)
 
     async def _tell(self, job_id: str) -> None:
         """Tell ``on_change`` the job as stored now."""

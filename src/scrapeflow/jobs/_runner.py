@@ -32,12 +32,12 @@ from typing import Any, Protocol
 
 from scrapeflow._util.logs import get_logger
 from scrapeflow._util.redact import redact
-from scrapeflow.errors import JobNotFound, UnknownJobKind
+from scrapeflow.errors import InputError, JobNotFound, UnknownJobKind
 from scrapeflow.jobs._model import Job, JobState, JobTally
 from scrapeflow.jobs._reads import StoredJobs
 from scrapeflow.jobs._store import JobStore
 
-__all__ = ["EmbeddedJobQueue", "JobContext", "JobHandler", "JobKinds", "JobQueue"]
+__all__ = ["EmbeddedJobQueue", "FollowUp", "JobContext", "JobHandler", "JobKinds", "JobQueue"]
 
 _log = get_logger(__name__)
 _MAX_ERROR = 1_000
@@ -73,12 +73,19 @@ class JobQueue(Protocol):
     async def wait(self, job_id: str) -> Job: ...
 
 
-class JobContext:
-    """What a running job's handler gets: the job, and a place to report its progress."""
+FollowUp = Callable[[Job, str, Mapping[str, Any], str], Awaitable[Job]]
+"""How a queue queues a follow-up: ``(parent, kind, params, key) -> the follow-up job``."""
+_MAX_FOLLOW_UP_KEY = 200
 
-    def __init__(self, job: Job) -> None:
+
+class JobContext:
+    """What a running job's handler gets: the job, a place to report its progress, and the
+    queue it runs on, to queue follow-up jobs (:meth:`submit`)."""
+
+    def __init__(self, job: Job, follow_up: FollowUp | None = None) -> None:
         self.job = job
         self.counts: dict[str, int] = dict(job.progress)
+        self._follow_up = follow_up
 
     @property
     def params(self) -> dict[str, Any]:
@@ -87,6 +94,23 @@ class JobContext:
     def progress(self, **counts: int) -> None:
         """Set progress counters (``done=10, total=300``); stored with the next heartbeat."""
         self.counts.update(counts)
+
+    async def submit(self, kind: str, params: Mapping[str, Any] | None = None, *, key: str) -> Job:
+        """Queue a follow-up job of ``kind`` (the next page of a cursor chain), on the queue
+        this job runs on, to run on any of its workers.
+
+        ``key`` names the follow-up among this job's: run again after a crash, this job queues
+        the same key again and gets the job it queued the first time — queued, running or
+        ended — never a second one, so a chain never forks. The job is queued at once, whatever
+        becomes of this one (a follow-up of a job that then fails or is cancelled still runs:
+        cancel it too, or queue it last)."""
+        if not isinstance(key, str) or not 0 < len(key) <= _MAX_FOLLOW_UP_KEY:
+            raise InputError(
+                f"a follow-up's key is a string of 1 to {_MAX_FOLLOW_UP_KEY} characters"
+            )
+        if self._follow_up is None:
+            raise RuntimeError("this job was not started by a queue: it cannot queue follow-ups")
+        return await self._follow_up(self.job, kind, dict(params or {}), key)
 
 
 JobHandler = Callable[[JobContext], Awaitable[Mapping[str, Any] | None]]
@@ -193,9 +217,14 @@ class EmbeddedJobQueue(StoredJobs):
     ) -> Job:
         """Queue a job of a registered ``kind``; with ``dedupe_key``, the active job holding
         that key is returned instead of a new one."""
-        job = self._new_job(kind, params, dedupe_key, self._clock())
+        return await self._queue(self._new_job(kind, params, dedupe_key, self._clock()))
+
+    def _now(self) -> datetime:
+        return self._clock()
+
+    async def _queue(self, job: Job) -> Job:
         stored = await self.store.add(job)
-        if stored.id == job.id:
+        if stored is job:  # stored now, not found (a dedupe key's holder, a follow-up)
             self._created.add(job.id)
             await self._tell(job.id)
         if self._claimable is not None:
@@ -296,7 +325,7 @@ class EmbeddedJobQueue(StoredJobs):
                 local[0].cancel()
 
     def _start(self, job: Job) -> None:
-        context = JobContext(job)
+        context = JobContext(job, self._follow)
         task = asyncio.create_task(self._run(context), name=f"job-{job.id}")
         self._running[job.id] = (task, context)
 

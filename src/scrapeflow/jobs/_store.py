@@ -79,7 +79,8 @@ class JobStore(Protocol):
     async def close(self) -> None: ...
 
     async def add(self, job: Job) -> Job:
-        """Store a new job; if an active job holds its ``dedupe_key``, return that one."""
+        """Store a new job and return it (``job`` itself); if an active job holds its
+        ``dedupe_key``, or a job of its id exists (a follow-up queued again), return that one."""
 
     async def get(self, job_id: str) -> Job | None: ...
 
@@ -172,6 +173,9 @@ class SqlJobStore:
                 async with self.engine.begin() as connection:
                     await connection.execute(insert(jobs_table).values(**_row(job)))
             except IntegrityError:
+                same = await self.get(job.id)
+                if same is not None:  # a follow-up queued again: the one queued before
+                    return same
                 existing = await self.active(job.dedupe_key)
                 if existing is not None:
                     return existing

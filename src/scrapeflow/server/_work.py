@@ -17,19 +17,31 @@ from scrapeflow.server._events import EventLog
 if TYPE_CHECKING:
     from scrapeflow.banking import BankJobEvent
 
-__all__ = ["api_job_kinds", "job_kinds", "job_queue"]
+__all__ = ["api_job_kinds", "chain_job_kinds", "job_kinds", "job_queue"]
 
 
 def job_kinds(settings: Settings, events: EventLog) -> dict[str, JobHandler]:
     """The handlers of this service's job kinds, on ``settings``: the bank's (``bank.refresh``,
-    ``bank.otp``: what they do is told to ``events`` as it happens) and the API's (``fetch``,
-    ``run``)."""
+    ``bank.otp``: what they do is told to ``events`` as it happens), the API's (``fetch``,
+    ``run``) and the chains' (``feed.page``)."""
     from scrapeflow.banking import bank_job_kinds
 
     async def deliver(event: BankJobEvent) -> None:
         await events.append(event.name, event.data(), customer=event.customer, job_id=event.job.id)
 
-    return bank_job_kinds(settings, on_event=deliver) | api_job_kinds(settings)
+    return (
+        bank_job_kinds(settings, on_event=deliver)
+        | api_job_kinds(settings)
+        | chain_job_kinds(settings)
+    )
+
+
+def chain_job_kinds(settings: Settings) -> dict[str, JobHandler]:
+    """The kinds that are chains of follow-up jobs, queued by code (not ``POST /v1/jobs``):
+    ``feed.page``, a cursor feed walked page by page on any worker."""
+    from scrapeflow.fetch import FEED_PAGE_KIND, FeedChainJobs
+
+    return {FEED_PAGE_KIND: FeedChainJobs.from_settings(settings).run}
 
 
 def api_job_kinds(settings: Settings) -> dict[str, JobHandler]:

@@ -1,0 +1,260 @@
+"""Follow-up jobs: a job queues the next one under a key, and a job run again queues the same
+one, never a second; Aerocene's cursor chain as ``feed.page`` jobs, on one process and on two
+``scrapeflow worker`` processes through injected 5xx answers and a worker's SIGKILL."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import signal
+import subprocess
+import sys
+import time
+from collections import Counter
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from scrapeflow.errors import InputError
+from scrapeflow.fetch import FEED_PAGE_KIND, FeedChainJobs, chain_posts
+from scrapeflow.http import HttpConfig
+from scrapeflow.jobs import (
+    EmbeddedJobQueue,
+    Job,
+    JobContext,
+    JobState,
+    ProcrastinateJobQueue,
+    SqlJobStore,
+)
+from scrapeflow.sandbox import Sandbox, SandboxConfig
+from scrapeflow.sandbox._feed import FeedSite
+
+BOUND = 120.0  # seconds any wait below may take on a loaded machine
+
+
+def feed_truth(sandbox: Sandbox, profile: str) -> list[str]:
+    feed = sandbox.sites["feed"]
+    assert isinstance(feed, FeedSite)
+    return feed.post_ids(profile)
+
+
+async def chain_of(queue: Any, first: Job) -> list[Job]:
+    """The jobs of a finished chain, first to last, by their ``follow_up`` links."""
+    jobs = []
+    job: Job | None = await queue.get(first.id)
+    while job is not None:
+        jobs.append(job)
+        following = (job.result or {}).get("follow_up")
+        job = None if following is None else await queue.get(following)
+    return jobs
+
+
+async def test_a_job_run_again_queues_the_same_follow_up(sql_url: str) -> None:
+    """Each run of ``step`` queues the next step, and the first step queues its follow-up
+    twice, as a job run again after a crash would: one job per step, the chain unforked."""
+    seen: Counter[int] = Counter()
+
+    async def step(context: JobContext) -> dict[str, Any]:
+        n = int(context.params["n"])
+        seen[n] += 1
+        result: dict[str, Any] = {"n": n}
+        if n < 5:
+            tries = 2 if n == 1 else 1
+            queued = [
+                await context.submit("step", {"n": n + 1}, key=f"step-{n + 1}")
+                for _ in range(tries)
+            ]
+            assert len({job.id for job in queued}) == 1
+            result["follow_up"] = queued[0].id
+        return result
+
+    async with EmbeddedJobQueue(SqlJobStore(sql_url), {"step": step}, poll=0.05) as queue:
+        first = await queue.submit("step", {"n": 1})
+        async with asyncio.timeout(BOUND):
+            while len(await queue.find(kind="step", states=(JobState.SUCCEEDED,))) < 5:
+                await asyncio.sleep(0.05)
+        jobs = await chain_of(queue, first)
+        everything = await queue.find(kind="step")
+
+    assert [job.params["n"] for job in jobs] == [1, 2, 3, 4, 5]
+    assert len(everything) == 5 and seen == dict.fromkeys(range(1, 6), 1)
+    assert [job.id for job in jobs] == sorted(job.id for job in jobs)  # ids sort in chain order
+
+
+async def test_a_follow_up_key_is_checked(sql_url: str) -> None:
+    problems: list[str] = []
+
+    async def bad(context: JobContext) -> None:
+        for key in ("", "k" * 201):
+            try:
+                await context.submit("bad", key=key)
+            except InputError as exc:
+                problems.append(str(exc))
+
+    async with EmbeddedJobQueue(SqlJobStore(sql_url), {"bad": bad}, poll=0.05) as queue:
+        job = await queue.submit("bad")
+        async with asyncio.timeout(BOUND):
+            done = await queue.wait(job.id)
+        assert done.state is JobState.SUCCEEDED
+        assert len(await queue.find(kind="bad")) == 1
+    assert problems == ["a follow-up's key is a string of 1 to 200 characters"] * 2
+
+
+async def test_a_feed_chain_in_one_process_reads_every_post_once(sql_url: str) -> None:
+    config = SandboxConfig(hostility="none", latency_ms=(0, 0), customers=10)
+    async with Sandbox(config) as sandbox:
+        jobs = FeedChainJobs(HttpConfig(max_connections=8))
+        kinds = {FEED_PAGE_KIND: jobs.run}
+        params = {"url": sandbox.urls["feed"], "profile": "user0001", "first": 50}
+        async with EmbeddedJobQueue(SqlJobStore(sql_url), kinds, poll=0.05) as queue:
+            first = await queue.submit(FEED_PAGE_KIND, params)
+            chain = await wait_chain(queue, first)
+            posts = await chain_posts(queue, first)
+        truth = feed_truth(sandbox, "user0001")
+
+    assert len(truth) == 364 and posts == truth  # 8 pages of 50, none lost or repeated
+    assert [job.result["page"] for job in chain if job.result] == list(range(1, 9))
+    assert {job.result["chain"] for job in chain if job.result} == {first.id}
+    assert all(job.attempts == 1 for job in chain)
+
+
+async def wait_chain(queue: Any, first: Job) -> list[Job]:
+    """The chain from ``first`` once its last page has ended (bounded)."""
+    async with asyncio.timeout(BOUND):
+        while True:
+            chain = await chain_of(queue, first)
+            last = chain[-1]
+            if last.state.final and (
+                last.state is not JobState.SUCCEEDED
+                or not last.result
+                or last.result.get("follow_up") is None
+            ):
+                return chain
+            await asyncio.sleep(0.2)
+
+
+async def test_bad_feed_params_fail_the_job_and_queue_nothing(sql_url: str) -> None:
+    kinds = {FEED_PAGE_KIND: FeedChainJobs(HttpConfig(max_connections=2)).run}
+    async with EmbeddedJobQueue(SqlJobStore(sql_url), kinds, poll=0.05) as queue:
+        bad = [
+            {"profile": "user0001"},
+            {"url": "ftp://x/", "profile": "user0001"},
+            {"url": "http://127.0.0.1:9/", "profile": "../etc"},
+            {"url": "http://127.0.0.1:9/", "profile": "user0001", "first": 51},
+            {"url": "http://127.0.0.1:9/", "profile": "user0001", "page": 2},
+        ]
+        jobs = [await queue.submit(FEED_PAGE_KIND, params) for params in bad]
+        async with asyncio.timeout(BOUND):
+            ended = [await queue.wait(job.id) for job in jobs]
+        assert len(await queue.find(kind=FEED_PAGE_KIND)) == len(bad)
+    assert [job.state for job in ended] == [JobState.FAILED] * len(bad)
+    named = ["'url'", "'url'", "'profile'", "'first'", "'after'"]
+    for job, name in zip(ended, named, strict=True):
+        assert job.error is not None and job.error.startswith("InputError: a feed page's " + name)
+
+
+# -- across worker processes ------------------------------------------------------------------
+
+PROFILE, FIRST, PAGES = "user0000", 7, 500  # 3,499 posts with seed 0: 500 pages of 7
+
+
+@pytest.fixture
+def feed_sandbox() -> Iterator[Sandbox]:
+    """The feed answering 3 requests in 100 with a 500, 502 or 503, each page after 5 ms."""
+    config = SandboxConfig(
+        hostility="none", switches={"error_rate": 0.03}, latency_ms=(5, 5), customers=10
+    )
+    with Sandbox.in_thread(config) as sandbox:
+        yield sandbox
+
+
+def start_worker(env: dict[str, str], log: Path) -> subprocess.Popen[str]:
+    with log.open("a") as errors:
+        worker = subprocess.Popen(
+            [sys.executable, "-m", "scrapeflow", "worker", "--concurrency", "2"],
+            env=env,
+            stdout=subprocess.PIPE,
+            stderr=errors,
+            text=True,
+        )
+    assert worker.stdout is not None
+    line = worker.stdout.readline()
+    if not line.startswith("worker taking jobs"):
+        worker.kill()
+        raise AssertionError(f"the worker did not start: {line!r} {log.read_text()[-2000:]}")
+    return worker
+
+
+def stop(worker: subprocess.Popen[str]) -> None:
+    if worker.poll() is None:
+        worker.send_signal(signal.SIGTERM)
+        try:
+            worker.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            worker.kill()
+            worker.wait()
+    if worker.stdout is not None:
+        worker.stdout.close()
+
+
+async def test_a_500_page_chain_ends_exactly_once_through_5xx_and_a_killed_worker(
+    pg_url: str, feed_sandbox: Sandbox, tmp_path: Path
+) -> None:
+    env = {
+        **os.environ,
+        "SCRAPEFLOW_DB_URL": pg_url,
+        "SCRAPEFLOW_JOBS_BACKEND": "procrastinate",
+        "SCRAPEFLOW_JOB_HEARTBEAT": "1",
+        "SCRAPEFLOW_JOBS_DIR": str(tmp_path / "jobs"),
+        "SCRAPEFLOW_LOG_DIR": str(tmp_path / "logs"),
+        "PYTHONUNBUFFERED": "1",
+    }
+    params = {"url": feed_sandbox.urls["feed"], "profile": PROFILE, "first": FIRST}
+    async with ProcrastinateJobQueue(
+        pg_url, {FEED_PAGE_KIND: FeedChainJobs(HttpConfig()).run}, run_jobs=False
+    ) as queue:
+        workers = [start_worker(env, tmp_path / f"worker{n}.log") for n in range(2)]
+        try:
+            first = await queue.submit(FEED_PAGE_KIND, params)
+            killed = await kill_the_worker_of_a_page(queue, workers, after_pages=100)
+            chain = await wait_chain(queue, first)
+            posts = await chain_posts(queue, first)
+            pages = await queue.find(kind=FEED_PAGE_KIND, limit=1000)
+        finally:
+            for worker in workers:
+                stop(worker)
+
+    truth = feed_truth(feed_sandbox, PROFILE)
+    assert len(truth) == 3499 and posts == truth
+    assert len(chain) == PAGES and len(pages) == PAGES  # nothing forked off the chain
+    assert Counter(job.params.get("page", 1) for job in pages) == dict.fromkeys(
+        range(1, PAGES + 1), 1
+    )
+    assert all(job.state is JobState.SUCCEEDED for job in pages)
+    again = next(job for job in pages if job.id == killed)
+    assert again.attempts == 2  # run again on the other worker, after its first one was killed
+    feed = feed_sandbox.sites["feed"]
+    assert isinstance(feed, FeedSite)
+    assert feed.guard.stats.get("errors", 0) >= 5  # the 5xx answers the HTTP layer rode out
+
+
+async def kill_the_worker_of_a_page(
+    queue: ProcrastinateJobQueue, workers: list[subprocess.Popen[str]], *, after_pages: int
+) -> str:
+    """Once ``after_pages`` pages have succeeded, SIGKILL the worker running the current page;
+    that page's job id."""
+    pids = {worker.pid: worker for worker in workers}
+    started = time.monotonic()
+    while time.monotonic() - started < BOUND:
+        done = await queue.find(kind=FEED_PAGE_KIND, states=(JobState.SUCCEEDED,), limit=1000)
+        if len(done) >= after_pages:
+            for job in await queue.find(kind=FEED_PAGE_KIND, states=(JobState.RUNNING,)):
+                pid = int((job.owner or "x:0").split(":")[1])
+                if pid in pids:
+                    pids[pid].send_signal(signal.SIGKILL)
+                    pids[pid].wait()
+                    return job.id
+        await asyncio.sleep(0.01)
+    raise AssertionError(f"no page was running after {after_pages} pages")
