@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import signal
+from contextlib import nullcontext
 from typing import TYPE_CHECKING, Annotated
 
 import typer
@@ -33,7 +34,9 @@ def worker(
 
     Needs ``jobs_backend = "procrastinate"`` and the service's PostgreSQL ``db_url`` (and the
     same vault key, banks and stores: a job may run on any worker). At SIGTERM it takes no new
-    job; running ones get 10 s, then go back to the queue for another worker.
+    job; running ones get 10 s, then go back to the queue for another worker. Like the
+    service, it keeps the daily schedule: the day's run is planned and each customer's refresh
+    queued once, whichever of them looks first, so the run happens while any of them is up.
     """
     config = settings(
         ctx, job_concurrency=concurrency, flag_names={"job_concurrency": "--concurrency"}
@@ -51,7 +54,8 @@ def worker(
 
 async def _work(config: Settings) -> bool:
     from scrapeflow.banking import migrate
-    from scrapeflow.db import create_engine
+    from scrapeflow.db import create_engine, session_factory
+    from scrapeflow.server._daily import daily_refresh
     from scrapeflow.server._events import EventLog
     from scrapeflow.server._webhooks import Webhooks
     from scrapeflow.server._work import job_queue
@@ -66,7 +70,13 @@ async def _work(config: Settings) -> bool:
         webhooks = Webhooks(engine)  # what an event calls for is written with it, here too
         await webhooks.open()
         events = EventLog(engine, outbox=webhooks.enqueue)
-        async with events, job_queue(config, events, engine, run_jobs=True) as queue:
+        async with (
+            events,
+            job_queue(config, events, engine, run_jobs=True) as queue,
+            # The daily run too: planned once a day whichever process (the service, a worker)
+            # looks first, each customer's slot submitted by one of them.
+            daily_refresh(config, engine, session_factory(engine), queue) or nullcontext(),
+        ):
             out.print(
                 f"worker taking jobs ({config.job_concurrency} at once)",
                 highlight=False,

@@ -32,9 +32,13 @@ __all__ = [
 DEFAULT_URL = "sqlite+aiosqlite:///scrapeflow.db"
 SQLITE_BUSY_TIMEOUT_MS = 30_000
 _POOL_SIZE = 20
-"""Connections an engine keeps open."""
+"""Connections a SQLite engine keeps open."""
 _POOL_OVERFLOW = 30
 """Connections it opens beyond those in a burst, closed once returned."""
+_SERVER_POOL = (5, 15)
+"""The same for a database server (PostgreSQL, SQL Server), whose every connection is a server
+process shared with the other workers: a server allows about 100 by default, and a worker
+process has two engines (jobs and events; the launcher's writes)."""
 _ASYNC_DRIVERS = {"sqlite": "aiosqlite", "postgresql": "asyncpg", "mssql": "aioodbc"}
 
 
@@ -58,8 +62,9 @@ def create_engine(url: str = DEFAULT_URL, **kwargs: Any) -> AsyncEngine:
         # A service serves tens of requests and jobs at once: with SQLAlchemy's 5 connections
         # (+10 opened and closed on demand) every burst reopened connections — on SQLite a new
         # thread, a file open and the pragmas each time. Idle ones cost a file handle each.
-        kwargs.setdefault("pool_size", _POOL_SIZE)
-        kwargs.setdefault("max_overflow", _POOL_OVERFLOW)
+        size, overflow = (_POOL_SIZE, _POOL_OVERFLOW) if backend == "sqlite" else _SERVER_POOL
+        kwargs.setdefault("pool_size", size)
+        kwargs.setdefault("max_overflow", overflow)
     try:
         engine = _create_async_engine(parsed, **kwargs)
     except Exception as exc:  # unknown dialect, missing or sync-only driver

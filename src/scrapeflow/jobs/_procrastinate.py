@@ -32,6 +32,7 @@ from typing import Any
 
 from procrastinate import App, PsycopgConnector
 from procrastinate.exceptions import AlreadyEnqueued
+from sqlalchemy.ext.asyncio import AsyncEngine
 
 from scrapeflow._util.logs import get_logger
 from scrapeflow._util.redact import redact
@@ -70,7 +71,8 @@ class ProcrastinateJobQueue(StoredJobs):
     three heartbeats): a killed worker's job runs again elsewhere within about
     ``stalled_after + sweep_every + poll`` seconds. ``poll`` bounds how long a re-queued
     dispatch waits for a worker (new ones wake a worker at once) and how often :meth:`wait`
-    looks.
+    looks. ``engine``: the job rows go through this engine (the process's own, shared with
+    its other tables) rather than one of the queue's.
     """
 
     store: SqlJobStore
@@ -90,6 +92,7 @@ class ProcrastinateJobQueue(StoredJobs):
         grace: float = 10.0,
         max_attempts: int = 5,
         on_change: Callable[[Job], Awaitable[None]] | None = None,
+        engine: AsyncEngine | None = None,
     ) -> None:
         if concurrency < 1 or heartbeat <= 0 or poll <= 0 or max_attempts < 1 or grace < 0:
             raise ValueError(
@@ -97,7 +100,7 @@ class ProcrastinateJobQueue(StoredJobs):
             )
         if not 1 <= sweep_every <= 59:
             raise ValueError("sweep_every must be between 1 and 59 seconds")
-        self.store = SqlJobStore(db_url)
+        self.store = SqlJobStore(db_url, engine=engine)
         self.kinds = dict(kinds)
         self.run_jobs = run_jobs
         self.concurrency = concurrency

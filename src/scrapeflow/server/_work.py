@@ -81,6 +81,7 @@ def job_queue(
             concurrency=settings.job_concurrency,
             heartbeat=settings.job_heartbeat,
             on_change=events.job_changed,
+            engine=engine,
         )
     from scrapeflow.jobs import EmbeddedJobQueue, SqlJobStore
 

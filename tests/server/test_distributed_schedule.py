@@ -1,0 +1,115 @@
+"""The daily run on the procrastinate backend: two workers keep the schedule by themselves
+(the service is not up yet), and every customer is refreshed once; the service, started
+after, finds the day run and runs nothing again."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import signal
+import subprocess
+import sys
+from pathlib import Path
+
+from scrapeflow.banking import CredentialVault, migrate
+from scrapeflow.jobs import JobState, SqlJobStore
+from scrapeflow.sandbox import Sandbox
+from tests._servers import add_sandbox_customers
+
+from .conftest import BANKS, Service, start_service, stop_service
+from .test_schedule import noon_zone, scheduled_refreshes, wait_for
+
+CUSTOMERS = [1, 3, 5]  # none with a two-factor login (n % 4 == 2)
+
+
+def worker(env: dict[str, str], log: Path) -> subprocess.Popen[str]:
+    with log.open("a") as errors:
+        process = subprocess.Popen(
+            [sys.executable, "-m", "scrapeflow", "worker", "--concurrency", "2"],
+            env=env,
+            stdout=subprocess.PIPE,
+            stderr=errors,
+            text=True,
+        )
+    assert process.stdout is not None
+    line = process.stdout.readline()
+    if not line.startswith("worker taking jobs"):
+        process.kill()
+        raise AssertionError(f"the worker did not start: {line!r} {log.read_text()[-2000:]}")
+    return process
+
+
+async def refreshes_done(db_url: str, count: int, bound: float = 90) -> None:
+    store = SqlJobStore(db_url)
+    await store.open()
+    try:
+        async with asyncio.timeout(bound):
+            while True:
+                done = await store.find(kind="bank.refresh", states=(JobState.SUCCEEDED,))
+                if len(done) >= count:
+                    return
+                await asyncio.sleep(0.2)
+    finally:
+        await store.close()
+
+
+def test_the_daily_run_refreshes_each_customer_once_with_two_workers_up(
+    tmp_path: Path, sandbox: Sandbox, pg_url: str
+) -> None:
+    manifest = tmp_path / "sandbox.json"
+    manifest.write_text(json.dumps(sandbox.manifest()))
+    vault_key = CredentialVault.generate_key()
+
+    async def prepare() -> None:
+        await migrate(pg_url)
+        await add_sandbox_customers(sandbox, pg_url, vault_key, CUSTOMERS, BANKS)
+
+    asyncio.run(prepare())
+    env = {
+        **os.environ,
+        "SCRAPEFLOW_DB_URL": pg_url,
+        "SCRAPEFLOW_JOBS_BACKEND": "procrastinate",
+        "SCRAPEFLOW_VAULT_KEYS": vault_key,
+        "SCRAPEFLOW_SANDBOX_MANIFEST": str(manifest),
+        "SCRAPEFLOW_LOG_DIR": str(tmp_path / "logs"),
+        "PYTHONUNBUFFERED": "1",
+        "SCRAPEFLOW_SCHEDULE": "* * * * *",  # fired less than a minute ago: inside the make-up
+        "SCRAPEFLOW_SCHEDULE_TIMEZONE": noon_zone(),
+        "SCRAPEFLOW_SCHEDULE_WINDOW": "0.05",  # three customers over three seconds
+    }
+    # The workers alone plan and run the day: the service starts once they are done.
+    workers = [worker(env, tmp_path / f"worker{n}.log") for n in range(2)]
+    asyncio.run(refreshes_done(pg_url, len(CUSTOMERS)))
+    process, url = start_service(env)
+    service = Service(url, env, pg_url, process)
+    try:
+        with service.client("read") as client:
+            body = wait_for(
+                client,
+                lambda b: b["last_run"] and b["last_run"]["finished_at"],
+                "the run to end",
+                bound=90,
+            )
+            run = body["last_run"]
+            assert run["planned"] == run["submitted"] == len(CUSTOMERS)
+            assert run["jobs"] == {"succeeded": len(CUSTOMERS)}
+            assert scheduled_refreshes(client) == ["cust-1", "cust-3", "cust-5"]
+            for customer in ("cust-1", "cust-3", "cust-5"):
+                status = client.get(f"/v1/customers/{customer}/status").json()
+                assert status["all_updated"] is True
+                assert {a["result"] for a in status["accesses"]} == {"success"}
+            ran_on = {
+                job["id"]: job
+                for job in client.get("/v1/jobs", params={"kind": "bank.refresh"}).json()["jobs"]
+            }
+            assert all(job["attempts"] == 1 for job in ran_on.values())
+    finally:
+        stop_service(service.process)
+        for process in workers:
+            process.send_signal(signal.SIGTERM)
+        codes = [process.wait(timeout=60) for process in workers]
+        for process in workers:
+            if process.stdout is not None:
+                process.stdout.close()
+    assert codes == [0, 0]
