@@ -9,12 +9,13 @@ from __future__ import annotations
 
 import logging
 import sys
+import traceback
 from collections.abc import MutableMapping
 from typing import Any, TextIO
 
 import structlog
 
-from scrapeflow._util.redact import redact_value
+from scrapeflow._util.redact import redact, redact_value
 
 __all__ = ["configure_logging", "get_logger"]
 
@@ -54,15 +55,24 @@ def configure_logging(
     stream = sys.stderr if stream is None else stream
     if json is None:
         json = not stream.isatty()
+    # A traceback is rendered as text and scrubbed like any value: never the console
+    # renderer's default (rich's, which prints each frame's local variables: a password).
     renderer: Any = (
         structlog.processors.JSONRenderer()
         if json
-        else structlog.dev.ConsoleRenderer(colors=stream.isatty())
+        else structlog.dev.ConsoleRenderer(
+            colors=stream.isatty(), exception_formatter=_plain_traceback
+        )
     )
+    traceback_as_text: list[Any] = [structlog.processors.format_exc_info, _redact_values]
     handler = logging.StreamHandler(stream)
     handler.setFormatter(
         structlog.stdlib.ProcessorFormatter(
-            processors=[structlog.stdlib.ProcessorFormatter.remove_processors_meta, renderer],
+            processors=[
+                structlog.stdlib.ProcessorFormatter.remove_processors_meta,
+                *(traceback_as_text if json else []),
+                renderer,
+            ],
             foreign_pre_chain=[structlog.stdlib.add_log_level, _redact_values],
         )
     )
@@ -72,3 +82,8 @@ def configure_logging(
     root.addHandler(handler)
     root.setLevel(level.upper())
     root.propagate = False
+
+
+def _plain_traceback(sio: TextIO, exc_info: Any) -> None:
+    """A traceback without local variables, scrubbed of credentials."""
+    sio.write("\n" + redact("".join(traceback.format_exception(*exc_info))))
