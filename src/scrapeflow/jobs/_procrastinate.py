@@ -111,6 +111,7 @@ class ProcrastinateJobQueue(StoredJobs):
             raise ValueError("stalled_after must be longer than the heartbeat interval")
         self.poll = poll
         self.grace = grace
+        self.sweep_timeout = max(30.0, 6.0 * sweep_every)
         self.max_attempts = max_attempts
         self.on_change = on_change
         """Told of each job submitted or cancelled here, and of those this process runs."""
@@ -310,4 +311,9 @@ class ProcrastinateJobQueue(StoredJobs):
             _log.warning("could not dispatch a job", job=job_id, error=redact(repr(exc)))
 
     async def _sweep(self, timestamp: int) -> None:
-        await self.requeue_stalled()
+        # Bounded: a sweep stuck on a dead connection would hold a worker slot for good.
+        try:
+            async with asyncio.timeout(self.sweep_timeout):
+                await self.requeue_stalled()
+        except TimeoutError:
+            _log.warning("a sweep took too long: the next one goes on", seconds=self.sweep_timeout)
