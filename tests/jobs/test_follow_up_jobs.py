@@ -258,3 +258,114 @@ async def kill_the_worker_of_a_page(
                     return job.id
         await asyncio.sleep(0.01)
     raise AssertionError(f"no page was running after {after_pages} pages")
+
+
+# -- parts: a job waits for the follow-ups it queued ------------------------------------------
+
+
+class Parts:
+    """A ``whole`` job that queues ``n`` ``part`` jobs and joins them; a part sleeps ``pause``
+    (or waits until cancelled with ``hang``), and notes which queue process ran it."""
+
+    def __init__(self) -> None:
+        self.ran: Counter[str] = Counter()
+        self.cancelled: set[int] = set()
+
+    def kinds(self, name: str) -> dict[str, Any]:
+        async def whole(context: JobContext) -> dict[str, Any]:
+            n = int(context.params["n"])
+            params = {k: v for k, v in context.params.items() if k != "n"}
+            parts = [
+                await context.submit("part", params | {"i": i}, key=f"part-{i}") for i in range(n)
+            ]
+            ended = await context.join(parts)
+            return {"parts": [job.result for job in ended], "states": [j.state for j in ended]}
+
+        async def part(context: JobContext) -> dict[str, Any]:
+            i = int(context.params["i"])
+            try:
+                if context.params.get("hang"):
+                    await asyncio.Event().wait()
+                await asyncio.sleep(float(context.params.get("pause", 0)))
+            except asyncio.CancelledError:
+                self.cancelled.add(i)
+                raise
+            self.ran[name] += 1
+            return {"i": i, "on": name}
+
+        return {"whole": whole, "part": part}
+
+
+async def test_a_job_waiting_for_its_parts_runs_them_when_no_slot_is_free(sql_url: str) -> None:
+    parts = Parts()
+    store = SqlJobStore(sql_url)
+    async with EmbeddedJobQueue(store, parts.kinds("one"), concurrency=1, poll=0.05) as queue:
+        wholes = [await queue.submit("whole", {"n": 3, "pause": 0.05}) for _ in range(2)]
+        async with asyncio.timeout(BOUND):
+            ended = [await queue.wait(job.id) for job in wholes]
+        every_part = await queue.find(kind="part")
+
+    assert [job.state for job in ended] == [JobState.SUCCEEDED] * 2
+    for job in ended:
+        assert job.result is not None
+        assert [part["i"] for part in job.result["parts"]] == [0, 1, 2]
+        assert job.result["states"] == ["succeeded"] * 3
+    assert len(every_part) == 6 and parts.ran["one"] == 6
+
+
+async def test_cancelling_a_job_cancels_the_parts_it_waits_for(sql_url: str) -> None:
+    parts = Parts()
+    store = SqlJobStore(sql_url)
+    async with EmbeddedJobQueue(store, parts.kinds("one"), poll=0.05) as queue:
+        whole = await queue.submit("whole", {"n": 2, "hang": True})
+        async with asyncio.timeout(BOUND):
+            while len(await queue.find(kind="part", states=(JobState.RUNNING,))) < 2:
+                await asyncio.sleep(0.05)
+            await queue.cancel(whole.id)
+            ended = await queue.wait(whole.id)
+            every_part = [await queue.wait(job.id) for job in await queue.find(kind="part")]
+    assert ended.state is JobState.CANCELLED
+    assert [job.state for job in every_part] == [JobState.CANCELLED] * 2
+    assert parts.cancelled == {0, 1}
+
+
+async def test_parts_spread_over_procrastinate_workers_whose_slots_all_wait(pg_url: str) -> None:
+    """Two workers of one slot each, two jobs of three parts: both slots hold a waiting job,
+    and every part still runs — in its parent's delivery, or on the other worker."""
+    parts = Parts()
+    timings: dict[str, Any] = {"heartbeat": 0.5, "stalled_after": 2.0, "sweep_every": 1}
+    timings |= {"poll": 0.2, "grace": 2.0, "concurrency": 1}
+    async with (
+        ProcrastinateJobQueue(pg_url, parts.kinds("a"), **timings) as a,
+        ProcrastinateJobQueue(pg_url, parts.kinds("b"), **timings),
+    ):
+        wholes = [await a.submit("whole", {"n": 3, "pause": 0.3}) for _ in range(2)]
+        async with asyncio.timeout(BOUND):
+            ended = [await a.wait(job.id) for job in wholes]
+        every_part = await a.find(kind="part")
+
+    assert [job.state for job in ended] == [JobState.SUCCEEDED] * 2
+    for job in ended:
+        assert job.result is not None and job.result["states"] == ["succeeded"] * 3
+    assert len(every_part) == 6 and all(job.attempts == 1 for job in every_part)
+    assert parts.ran["a"] + parts.ran["b"] == 6 and parts.ran["a"] and parts.ran["b"]
+
+
+async def test_cancelling_a_job_cancels_its_parts_on_any_worker(pg_url: str) -> None:
+    parts = Parts()
+    timings: dict[str, Any] = {"heartbeat": 0.5, "stalled_after": 2.0, "sweep_every": 1}
+    timings |= {"poll": 0.2, "grace": 2.0}
+    async with (
+        ProcrastinateJobQueue(pg_url, parts.kinds("a"), concurrency=1, **timings) as a,
+        ProcrastinateJobQueue(pg_url, parts.kinds("b"), concurrency=4, **timings),
+    ):
+        whole = await a.submit("whole", {"n": 3, "hang": True})
+        async with asyncio.timeout(BOUND):
+            while len(await a.find(kind="part", states=(JobState.RUNNING,))) < 3:
+                await asyncio.sleep(0.05)
+            await a.cancel(whole.id)
+            ended = await a.wait(whole.id)
+            every_part = [await a.wait(job.id) for job in await a.find(kind="part")]
+    assert ended.state is JobState.CANCELLED
+    assert [job.state for job in every_part] == [JobState.CANCELLED] * 3
+    assert parts.cancelled == {0, 1, 2}

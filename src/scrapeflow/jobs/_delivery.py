@@ -12,11 +12,17 @@ zombie delivery never ends a job twice. How a cancelled delivery ends depends on
   :class:`~scrapeflow.jobs._dispatch.Released` sends the dispatch back to the queue;
 * the heartbeat finding ``cancel_requested`` (the fallback when a NOTIFY was lost): ``cancelled``;
 * the heartbeat finding the row taken over: nothing is written, the new owner has it.
+
+A handler that fails because the database went away under it (:func:`database_lost`: a
+PostgreSQL restart, a cut connection) has not failed as a job: its run is handed back like a
+shutdown's, and runs again (its handler must be idempotent, as every handler is), up to
+``max_attempts`` runs in all; the last one's error fails it.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import secrets
 import time
 from collections.abc import Awaitable, Callable
@@ -30,9 +36,9 @@ from scrapeflow._util.logs import get_logger
 from scrapeflow._util.redact import redact
 from scrapeflow._util.tasks import stop_task
 from scrapeflow.errors import UnknownJobKind
-from scrapeflow.jobs._dispatch import Released
+from scrapeflow.jobs._dispatch import Released, database_lost
 from scrapeflow.jobs._model import Job, JobState
-from scrapeflow.jobs._runner import FollowUp, JobContext, JobKinds
+from scrapeflow.jobs._runner import Followers, JobContext, JobKinds
 from scrapeflow.jobs._store import SqlJobStore
 
 __all__: list[str] = []
@@ -42,6 +48,8 @@ _MAX_ERROR = 1_000
 _FINISH_TRIES = 3
 """Attempts to store how a run ended before leaving it to the sweep (which would run it again)."""
 _Outcome = tuple[JobState, dict[str, Any] | None, str | None]
+_RUN_AGAIN = None
+"""The outcome of a run the database went away under: hand the job back, to run again."""
 
 
 class DeliveryRunner:
@@ -57,7 +65,7 @@ class DeliveryRunner:
         stalled_after: float,
         max_attempts: int,
         tell: Callable[[str], Awaitable[None]],
-        follow_up: FollowUp,
+        followers: Callable[[DispatchContext], Followers],
     ) -> None:
         self._store = store
         self._kinds = kinds
@@ -66,7 +74,7 @@ class DeliveryRunner:
         self.stalled_after = stalled_after
         self.max_attempts = max_attempts
         self._tell = tell
-        self._follow_up = follow_up
+        self._followers = followers
         self.running: dict[str, JobContext] = {}
         """The jobs running here, with their live progress."""
         self.finished: dict[str, asyncio.Event] = {}
@@ -74,12 +82,23 @@ class DeliveryRunner:
 
     async def deliver(self, dispatch: DispatchContext, job_id: str) -> None:
         """procrastinate's ``scrapeflow.run`` task: run job ``job_id`` if it is still to run."""
-        parts = (self.name, str(dispatch.job.id), str(dispatch.job.attempts), secrets.token_hex(3))
+        await self._deliver(dispatch, job_id, str(dispatch.job.attempts))
+
+    async def run_inline(self, dispatch: DispatchContext, job_id: str) -> None:
+        """Run job ``job_id`` here, inside the delivery ``dispatch`` (a part its job waits for),
+        if it is still to run. Stopped with that delivery, it ends as the delivery does: a
+        user's abort cancels it, a shutdown hands it back to the queue."""
+        # Released: back in the queue, where its own dispatch (or the sweep's) runs it.
+        with contextlib.suppress(Released):
+            await self._deliver(dispatch, job_id, "part")
+
+    async def _deliver(self, dispatch: DispatchContext, job_id: str, attempt: str) -> None:
+        parts = (self.name, str(dispatch.job.id), attempt, secrets.token_hex(3))
         owner = ":".join(parts)[-64:]
         job = await self._claim(job_id, owner)
         if job is None:
             return  # cancelled, ended, or running on a live worker: a duplicate delivery
-        context = JobContext(job, self._follow_up)
+        context = JobContext(job, self._followers(dispatch))
         self.running[job.id] = context
         try:
             await self._run_claimed(dispatch, context, owner)
@@ -130,8 +149,10 @@ class DeliveryRunner:
         finally:
             await stop_task(watch)
         await self._settle(context, owner, outcome)
+        if outcome is _RUN_AGAIN:
+            raise Released  # RetryReleased puts the dispatch back in the queue
 
-    async def _handle(self, context: JobContext) -> _Outcome:
+    async def _handle(self, context: JobContext) -> _Outcome | None:
         job = context.job
         await self._tell(job.id)
         try:
@@ -141,12 +162,24 @@ class DeliveryRunner:
             outcome = await handler(context)
         except Exception as exc:
             error = redact(f"{type(exc).__name__}: {exc}")[:_MAX_ERROR]
+            if database_lost(exc) and job.attempts < self.max_attempts:
+                _log.warning(
+                    "the database went away under a job: it runs again",
+                    job=job.id,
+                    kind=job.kind,
+                    error=error,
+                )
+                return _RUN_AGAIN
             _log.info("job failed", job=job.id, kind=job.kind, error=error)
             return JobState.FAILED, None, error
         return JobState.SUCCEEDED, dict(outcome) if outcome else None, None
 
     async def _watch(
-        self, context: JobContext, owner: str, work: asyncio.Task[_Outcome], interrupted: set[str]
+        self,
+        context: JobContext,
+        owner: str,
+        work: asyncio.Task[_Outcome | None],
+        interrupted: set[str],
     ) -> None:
         """Stamp the job's heartbeat and progress; stop it when it was cancelled or taken over
         (the sweep found it silent and gave it to another worker), or when the database has

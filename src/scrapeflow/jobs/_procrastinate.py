@@ -25,12 +25,14 @@ import asyncio
 import contextlib
 import os
 import socket
-from collections.abc import Awaitable, Callable, Mapping
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from datetime import UTC, datetime, timedelta
+from functools import partial
 from types import TracebackType
 from typing import Any
 
 from procrastinate import App, PsycopgConnector
+from procrastinate import JobContext as DispatchContext
 from procrastinate.exceptions import AlreadyEnqueued
 from sqlalchemy.ext.asyncio import AsyncEngine
 
@@ -50,7 +52,7 @@ from scrapeflow.jobs._dispatch import (
 )
 from scrapeflow.jobs._model import Job, JobState
 from scrapeflow.jobs._reads import StoredJobs
-from scrapeflow.jobs._runner import JobKinds
+from scrapeflow.jobs._runner import Followers, JobKinds
 from scrapeflow.jobs._store import SqlJobStore
 
 __all__ = ["ProcrastinateJobQueue"]
@@ -129,7 +131,7 @@ class ProcrastinateJobQueue(StoredJobs):
             stalled_after=self.stalled_after,
             max_attempts=max_attempts,
             tell=self._tell,
-            follow_up=self._follow,
+            followers=lambda dispatch: Followers(self._follow, partial(self._join, dispatch)),
         )
         self._run = self.app.task(
             name=RUN_TASK, queue=queue, pass_context=True, retry=RetryReleased()
@@ -296,6 +298,22 @@ class ProcrastinateJobQueue(StoredJobs):
             _log.warning("a queued job had no dispatch: dispatching it", job=job_id)
             await self._dispatch(job_id)
         return changed
+
+    async def _join(self, dispatch: DispatchContext, parent: Job, jobs: Sequence[Job]) -> list[Job]:
+        """:meth:`JobContext.join` in the delivery ``dispatch``: the parts still queued run
+        here, inside it; those other workers took are waited for."""
+        try:
+            ran = await asyncio.gather(
+                *(self._runner.run_inline(dispatch, job.id) for job in jobs),
+                return_exceptions=True,
+            )
+        except asyncio.CancelledError:
+            await asyncio.shield(self._cancel_parts(parent, jobs))
+            raise
+        for job, outcome in zip(jobs, ran, strict=True):
+            if isinstance(outcome, Exception):  # its row says how it ended, or the sweep will
+                _log.error("a job's part failed to run", job=job.id, error=redact(repr(outcome)))
+        return await self._wait_parts(parent, jobs)
 
     # -- dispatch and delivery -------------------------------------------------------------
 

@@ -4,6 +4,8 @@ of a registered kind, reading jobs back (get, find, active, counts, tally), and 
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 from collections.abc import Awaitable, Callable, Collection, Mapping, Sequence
 from datetime import UTC, datetime
 from typing import Any
@@ -56,6 +58,32 @@ class StoredJobs:
     async def _follow(self, parent: Job, kind: str, params: Mapping[str, Any], key: str) -> Job:
         """Queue the follow-up ``key`` of job ``parent`` (:meth:`JobContext.submit`)."""
         return await self._queue(self._new_job(kind, params, None, self._now(), parent, key))
+
+    async def _wait_parts(self, parent: Job, jobs: Sequence[Job]) -> list[Job]:
+        """Wait for ``parent``'s follow-ups ``jobs`` to end. Cancelled while the user cancels
+        ``parent``, cancel those still active (a stopped worker leaves them to the queue)."""
+        try:
+            return [await self.wait(job.id) for job in jobs]
+        except asyncio.CancelledError:
+            await asyncio.shield(self._cancel_parts(parent, jobs))
+            raise
+
+    async def _cancel_parts(self, parent: Job, jobs: Sequence[Job]) -> None:
+        try:
+            row = await self.store.get(parent.id)
+            if row is None or not row.cancel_requested:
+                return
+            for job in jobs:
+                with contextlib.suppress(JobNotFound):
+                    await self.cancel(job.id)
+        except Exception as exc:  # they run to their end: cancel them by their ids
+            _log.warning("could not cancel a job's parts", job=parent.id, error=redact(repr(exc)))
+
+    async def wait(self, job_id: str) -> Job:
+        raise NotImplementedError
+
+    async def cancel(self, job_id: str) -> Job:
+        raise NotImplementedError
 
     async def _queue(self, job: Job) -> Job:
         """Store ``job`` and hand it to the backend's workers; the job stored (another one when

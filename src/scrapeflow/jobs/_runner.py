@@ -26,6 +26,7 @@ import os
 import secrets
 import socket
 from collections.abc import Awaitable, Callable, Collection, Mapping, Sequence
+from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from types import TracebackType
 from typing import Any, Protocol
@@ -37,7 +38,7 @@ from scrapeflow.jobs._model import Job, JobState, JobTally
 from scrapeflow.jobs._reads import StoredJobs
 from scrapeflow.jobs._store import JobStore
 
-__all__ = ["EmbeddedJobQueue", "FollowUp", "JobContext", "JobHandler", "JobKinds", "JobQueue"]
+__all__ = ["EmbeddedJobQueue", "Followers", "JobContext", "JobHandler", "JobKinds", "JobQueue"]
 
 _log = get_logger(__name__)
 _MAX_ERROR = 1_000
@@ -75,17 +76,28 @@ class JobQueue(Protocol):
 
 FollowUp = Callable[[Job, str, Mapping[str, Any], str], Awaitable[Job]]
 """How a queue queues a follow-up: ``(parent, kind, params, key) -> the follow-up job``."""
+Join = Callable[[Job, Sequence[Job]], Awaitable[list[Job]]]
+"""How a queue waits for follow-ups: ``(parent, jobs) -> the jobs, ended``."""
 _MAX_FOLLOW_UP_KEY = 200
+
+
+@dataclass(frozen=True, slots=True)
+class Followers:
+    """What a queue gives a running job to queue follow-ups and wait for them."""
+
+    submit: FollowUp
+    join: Join
 
 
 class JobContext:
     """What a running job's handler gets: the job, a place to report its progress, and the
-    queue it runs on, to queue follow-up jobs (:meth:`submit`)."""
+    queue it runs on, to queue follow-up jobs (:meth:`submit`) and wait for them (:meth:`join`).
+    """
 
-    def __init__(self, job: Job, follow_up: FollowUp | None = None) -> None:
+    def __init__(self, job: Job, followers: Followers | None = None) -> None:
         self.job = job
         self.counts: dict[str, int] = dict(job.progress)
-        self._follow_up = follow_up
+        self._followers = followers
 
     @property
     def params(self) -> dict[str, Any]:
@@ -96,21 +108,33 @@ class JobContext:
         self.counts.update(counts)
 
     async def submit(self, kind: str, params: Mapping[str, Any] | None = None, *, key: str) -> Job:
-        """Queue a follow-up job of ``kind`` (the next page of a cursor chain), on the queue
-        this job runs on, to run on any of its workers.
+        """Queue a follow-up job of ``kind`` (the next page of a cursor chain, a part of this
+        job's work), on the queue this job runs on, to run on any of its workers.
 
         ``key`` names the follow-up among this job's: run again after a crash, this job queues
         the same key again and gets the job it queued the first time — queued, running or
         ended — never a second one, so a chain never forks. The job is queued at once, whatever
-        becomes of this one (a follow-up of a job that then fails or is cancelled still runs:
-        cancel it too, or queue it last)."""
+        becomes of this one (a follow-up of a job that then fails still runs; one this job
+        :meth:`join` s is cancelled with it)."""
         if not isinstance(key, str) or not 0 < len(key) <= _MAX_FOLLOW_UP_KEY:
             raise InputError(
                 f"a follow-up's key is a string of 1 to {_MAX_FOLLOW_UP_KEY} characters"
             )
-        if self._follow_up is None:
-            raise RuntimeError("this job was not started by a queue: it cannot queue follow-ups")
-        return await self._follow_up(self.job, kind, dict(params or {}), key)
+        return await self._queue().submit(self.job, kind, dict(params or {}), key)
+
+    async def join(self, jobs: Sequence[Job]) -> list[Job]:
+        """Wait for follow-ups this job queued to end; the jobs as they ended, in order.
+
+        Those still queued run here, in this job's process, beside the others running where
+        other workers took them: a queue whose every slot holds a job waiting for its parts
+        still gets them done. Cancelled by the user, this job cancels them too; stopped with
+        its worker, it leaves them to the queue (and finds them again when it runs again)."""
+        return await self._queue().join(self.job, list(jobs))
+
+    def _queue(self) -> Followers:
+        if self._followers is None:
+            raise RuntimeError("this job was not started by a queue: it has no follow-ups")
+        return self._followers
 
 
 JobHandler = Callable[[JobContext], Awaitable[Mapping[str, Any] | None]]
@@ -277,6 +301,15 @@ class EmbeddedJobQueue(StoredJobs):
                 async with asyncio.timeout(self.poll):
                     await event.wait()
 
+    async def _join(self, parent: Job, jobs: Sequence[Job]) -> list[Job]:
+        """:meth:`JobContext.join` here: the queued ones start now, in this process."""
+        claimed = await self.store.claim(
+            self.owner, self._clock(), len(jobs), only=[job.id for job in jobs]
+        )
+        for job in claimed:
+            self._start(job)
+        return await self._wait_parts(parent, jobs)
+
     # -- running jobs ----------------------------------------------------------------------
 
     async def _serve(self) -> None:
@@ -325,7 +358,7 @@ class EmbeddedJobQueue(StoredJobs):
                 local[0].cancel()
 
     def _start(self, job: Job) -> None:
-        context = JobContext(job, self._follow)
+        context = JobContext(job, Followers(self._follow, self._join))
         task = asyncio.create_task(self._run(context), name=f"job-{job.id}")
         self._running[job.id] = (task, context)
 
