@@ -9,9 +9,10 @@
 * the :class:`Launcher` (refresh a customer: one scraper per access, in parallel), its events
   and its log file per launch; scrape state (claims, heartbeats, finishes) and
   :func:`reset_stuck`, the watchdog that frees what a killed launch left in progress;
-* bank work as jobs (:func:`bank_job_kinds`: ``bank.refresh`` and ``bank.otp``, deduplicated per
-  customer by :func:`refresh_key`), their reports (:func:`refresh_reports`) and the watchdog as
-  the job queue's stalled-job sweep plus the reset of stuck rows (:func:`run_watchdog`);
+* bank work as jobs (:func:`bank_job_kinds`: ``bank.refresh``, its ``bank.access`` parts when
+  spread over workers, and ``bank.otp``; deduplicated per customer by :func:`refresh_key`),
+  their reports (:func:`refresh_reports`) and the watchdog as the job queue's stalled-job sweep
+  plus the reset of stuck rows (:func:`run_watchdog`);
 * result codes (:class:`ResultCode`) and the credential vault (:class:`CredentialVault`);
 * customers and accesses (:func:`add_customer`, :func:`add_access`, checked by
   :func:`validate_customer_id` and its kin), reading back
@@ -54,18 +55,17 @@ from scrapeflow.banking._formats import (
     parse_iso_date,
 )
 from scrapeflow.banking._jobs import (
+    BANK_ACCESS,
     BANK_EVENT_NAMES,
     BANK_OTP,
     BANK_REFRESH,
     BankJobEvent,
     BankJobEventSink,
     BankJobs,
-    WatchdogReport,
     bank_job_kinds,
     otp_key,
     refresh_key,
     refresh_reports,
-    run_watchdog,
 )
 from scrapeflow.banking._launcher import Launcher
 from scrapeflow.banking._migrate import MIGRATIONS_DIR, migrate
@@ -110,10 +110,12 @@ from scrapeflow.banking._sync import (
     movement_changes,
 )
 from scrapeflow.banking._vault import KEY_FILE_ENV, KEYS_ENV, CredentialVault, VaultError
+from scrapeflow.banking._watchdog import WatchdogReport, run_watchdog
 from scrapeflow.banking._writequeue import WriteQueue, queued_writes, writers_for
 from scrapeflow.banking._writer import SqlWriter, SyncWindow, Writer
 
 __all__ = [
+    "BANK_ACCESS",
     "BANK_EVENT_NAMES",
     "BANK_OTP",
     "BANK_REFRESH",

@@ -1,5 +1,5 @@
-"""Bank work as jobs of :mod:`scrapeflow.jobs`: the job kinds ``bank.refresh`` and ``bank.otp``,
-and the watchdog as the job queue's stalled-job sweep plus the reset of stuck bank rows.
+"""Bank work as jobs of :mod:`scrapeflow.jobs`: the job kinds ``bank.refresh``, ``bank.access``
+and ``bank.otp``.
 
 The service and ``scrapeflow bank refresh`` both queue ``bank.refresh`` jobs in the same jobs
 table, under the same dedupe key (:func:`refresh_key`): a refresh asked for a customer already
@@ -11,12 +11,19 @@ of the launcher's heartbeats) and refreshes again, which upserts make idempotent
 * :func:`bank_job_kinds` — the handlers, by name, to merge into a queue's kinds;
   :class:`BankJobs` is the same with the launcher its jobs share and the check a command runs
   before it queues anything (:meth:`BankJobs.check_refresh`);
-* :func:`refresh_reports` — a finished ``bank.refresh`` job as :class:`LaunchReport` objects;
-* :func:`run_watchdog` — one pass of the watchdog (``scrapeflow bank watchdog``).
+* :func:`refresh_reports` — a finished ``bank.refresh`` job as :class:`LaunchReport` objects.
+
+Spread over workers (``per_access``, what the distributed backend runs), a ``bank.refresh``
+job claims the customer alone and queues one ``bank.access`` job per access (a follow-up, key
+``access-<id>``: run again, the refresh finds the same parts), which claims its access — so a
+bank never sees two sessions of one login — and scrapes it on whichever worker takes it; the
+refresh waits for its parts (running those still queued itself), then marks the customer all
+updated. Run again after its worker died, a part first frees what the dead run left claimed.
 
 Params: ``bank.refresh`` takes ``{"customer": id}`` (one customer, external id; dedupe key
 :func:`refresh_key`) or ``{"customers": [id, …]}`` (several at once, as
 :meth:`Launcher.refresh_many`: one that is already being refreshed is reported ``refused``);
+``bank.access`` takes ``{"customer": id, "access_id": n, "launch_id": id, "refresh": job id}``;
 ``bank.otp`` takes ``{"customer": id, "access_id": n, "code_sealed": token}``, the one-time code
 sealed with the vault (the jobs table never holds it in clear; dedupe key :func:`otp_key`).
 """
@@ -27,7 +34,8 @@ import asyncio
 import contextlib
 import inspect
 import re
-from collections.abc import AsyncIterator, Awaitable, Callable, Collection, Mapping, Sequence
+import time
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequence
 from contextvars import ContextVar
 from dataclasses import dataclass
 from datetime import timedelta
@@ -47,30 +55,32 @@ from scrapeflow.banking._models import Access, Customer
 from scrapeflow.banking._reports import AccessReport, LaunchReport
 from scrapeflow.banking._results import ResultCode, ScrapeState
 from scrapeflow.banking._setup import launcher_from_settings
-from scrapeflow.banking._state import DEFAULT_HEARTBEAT, reset_stuck
-from scrapeflow.errors import ConfigError, InputError
-from scrapeflow.jobs import EmbeddedJobQueue, Job, JobContext, JobHandler, JobQueue, JobState
+from scrapeflow.banking._state import reset_stuck
+from scrapeflow.errors import InputError, RefreshInProgress
+from scrapeflow.jobs import Job, JobContext, JobHandler, JobState
 
 if TYPE_CHECKING:
     from scrapeflow.config import Settings
 
 __all__ = [
+    "BANK_ACCESS",
     "BANK_EVENT_NAMES",
     "BANK_OTP",
     "BANK_REFRESH",
     "BankJobEvent",
     "BankJobEventSink",
     "BankJobs",
-    "WatchdogReport",
     "bank_job_kinds",
+    "customers_in",
     "otp_key",
     "refresh_key",
     "refresh_reports",
-    "run_watchdog",
 ]
 
 BANK_REFRESH: Final = "bank.refresh"
 """Refresh one customer (or several): every access at once."""
+BANK_ACCESS: Final = "bank.access"
+"""Scrape one access, as a part of a ``bank.refresh`` spread over workers."""
 BANK_OTP: Final = "bank.otp"
 """Resume one two-factor access with the code the customer typed."""
 
@@ -105,10 +115,16 @@ class BankJobEvent:
     terminal)."""
 
     job: Job
-    """The job whose launch it is (as it was claimed)."""
+    """The job that ran it (as it was claimed): the refresh, or one of its parts."""
     customer: str
     """The customer's external id."""
     event: LaunchEvent
+    job_id: str = ""
+    """The id of the job whose launch it is: the refresh's, also for its parts' events."""
+
+    def __post_init__(self) -> None:
+        if not self.job_id:
+            object.__setattr__(self, "job_id", self.job.id)
 
     @property
     def name(self) -> str:
@@ -131,16 +147,19 @@ the launch's tasks (started from the handler's) inherit it."""
 
 
 def bank_job_kinds(
-    settings: Settings, *, on_event: BankJobEventSink | None = None
+    settings: Settings, *, on_event: BankJobEventSink | None = None, per_access: bool = False
 ) -> dict[str, JobHandler]:
     """The handlers of ``bank.refresh`` and ``bank.otp`` on ``settings`` (database, banks'
     URLs, limits, vault, log directory), to merge into a queue's kinds. Jobs that run at once
     share one launcher (its limits per bank and overall, HTTP client and write queue), opened
     while any of them runs; what the launches do is told to ``on_event``.
 
+    ``per_access``: a refresh is spread over the queue's workers, one ``bank.access`` job per
+    access (what several machines want; in one process it only adds job rows).
+
     >>> kinds = {**bank_job_kinds(settings, on_event=deliver), **other_kinds}  # doctest: +SKIP
     """
-    return BankJobs(settings, on_event=on_event).kinds
+    return BankJobs(settings, on_event=on_event, per_access=per_access).kinds
 
 
 class BankJobs:
@@ -152,17 +171,24 @@ class BankJobs:
     from ``async with``.
     """
 
-    def __init__(self, settings: Settings, *, on_event: BankJobEventSink | None = None) -> None:
+    def __init__(
+        self,
+        settings: Settings,
+        *,
+        on_event: BankJobEventSink | None = None,
+        per_access: bool = False,
+    ) -> None:
         self.settings = settings
         self.on_event = on_event
+        self.per_access = per_access
         self._launcher: Launcher | None = None
         self._users = 0
         self._lock = asyncio.Lock()
 
     @property
     def kinds(self) -> dict[str, JobHandler]:
-        """``{"bank.refresh": …, "bank.otp": …}``."""
-        return {BANK_REFRESH: self._refresh, BANK_OTP: self._otp}
+        """``{"bank.refresh": …, "bank.access": …, "bank.otp": …}``."""
+        return {BANK_REFRESH: self._refresh, BANK_ACCESS: self._access, BANK_OTP: self._otp}
 
     async def __aenter__(self) -> BankJobs:
         await self._acquire()
@@ -196,8 +222,10 @@ class BankJobs:
         """Refresh the customer(s) of the job. Run again after a crash, it first frees what the
         dead launch left claimed, then refreshes again (upserts make that idempotent). One
         customer that something else holds fails the job with that reason."""
-        customers, many = _customers_in(context.params)
+        customers, many = customers_in(context.params)
         context.progress(accesses_done=0, accounts=0, movements=0)
+        if self.per_access:
+            return await self._spread(context, customers, many)
         async with self._using() as launcher:
             async with launcher.sessions() as session:
                 rows = [await find_customer(session, customer) for customer in customers]
@@ -222,6 +250,79 @@ class BankJobs:
             }
         return _launch_result(reports[0])
 
+    async def _spread(
+        self, context: JobContext, customers: list[str], many: bool
+    ) -> Mapping[str, Any]:
+        """The refresh as one ``bank.access`` job per access, on any worker."""
+        async with self._using() as launcher:
+            reports = await asyncio.gather(
+                *(self._spread_one(context, launcher, customer) for customer in customers)
+            )
+        if many:
+            return {
+                "ok": all(report.ok for report in reports),
+                "customers": [_launch_result(report) for report in reports],
+            }
+        return _launch_result(reports[0])
+
+    async def _spread_one(
+        self, context: JobContext, launcher: Launcher, customer: str
+    ) -> LaunchReport:
+        started = time.monotonic()
+        token = _job_sink.set(partial(self._deliver, context, {}, customer))
+        try:
+            # Run again, the last attempt's process died holding the customer: take it over.
+            take_over = context.job.attempts > 1
+            async with launcher.spread_launch(customer, take_over=take_over) as launch:
+                parts = [
+                    await context.submit(
+                        BANK_ACCESS,
+                        {
+                            "customer": launch.external_id,
+                            "access_id": access_id,
+                            "launch_id": launch.id,
+                            "refresh": context.job.id,
+                        },
+                        key=f"access-{access_id}",
+                    )
+                    for access_id in launch.accesses
+                ]
+                ended = await context.join(parts)
+                report = LaunchReport(launch.id, launch.customer_id, launch.external_id)
+                report.accesses = [a for a in map(_part_report, ended) if a is not None]
+                launch.ok = report.ok
+                counts = context.counts
+                context.progress(
+                    accesses_done=counts.get("accesses_done", 0) + len(report.accesses),
+                    accounts=counts.get("accounts", 0) + sum(a.accounts for a in report.accesses),
+                    movements=counts.get("movements", 0)
+                    + sum(a.movements for a in report.accesses),
+                )
+        finally:
+            _job_sink.reset(token)
+        report.seconds = time.monotonic() - started
+        return report
+
+    async def _access(self, context: JobContext) -> Mapping[str, Any]:
+        """Scrape one access of a spread refresh. Run again after a crash, it first frees what
+        the dead run left claimed (once its heartbeat is stale), then scrapes again."""
+        params = context.params
+        customer = str(params.get("customer") or "")
+        access_id, launch_id = params.get("access_id"), params.get("launch_id")
+        if not customer or not isinstance(access_id, int) or not isinstance(launch_id, str):
+            raise InputError("a bank.access job names its 'customer', 'access_id' and 'launch_id'")
+        refresh = str(params.get("refresh") or context.job.id)
+        async with self._using() as launcher:
+            if context.job.attempts > 1:
+                await _free_dead_access(launcher.sessions, access_id, self.settings.heartbeat)
+            deliver = partial(self._deliver, context, {}, customer, job_id=refresh)
+            token = _job_sink.set(deliver)
+            try:
+                report = await launcher.scrape_access(access_id, launch_id=launch_id)
+            finally:
+                _job_sink.reset(token)
+        return {"customer": customer, **_access_result(report)}
+
     async def _otp(self, context: JobContext) -> Mapping[str, Any]:
         """Resume a two-factor access with the code the customer typed, sealed in the params."""
         customer = str(context.params["customer"])
@@ -233,15 +334,7 @@ class BankJobs:
                 report = await launcher.scrape_access(access_id, otp=code)
             finally:
                 _job_sink.reset(token)
-        return {
-            "customer": customer,
-            "access_id": report.access_id,
-            "bank": report.bank,
-            "result": report.code.value,
-            "ok": report.code.ok,
-            "accounts": report.accounts,
-            "movements": report.movements,
-        }
+        return {"customer": customer, **_access_result(report)}
 
     # -- the shared launcher and its events --------------------------------------------------
 
@@ -277,7 +370,13 @@ class BankJobs:
             await deliver(event)
 
     async def _deliver(
-        self, context: JobContext, names: Mapping[int, str], customer: str, event: LaunchEvent
+        self,
+        context: JobContext,
+        names: Mapping[int, str],
+        customer: str,
+        event: LaunchEvent,
+        *,
+        job_id: str | None = None,
     ) -> None:
         counts = context.counts
         if event.kind is EventKind.ACCOUNTS:
@@ -289,13 +388,15 @@ class BankJobs:
         if self.on_event is None:
             return
         told = self.on_event(
-            BankJobEvent(context.job, names.get(event.customer_id, customer), event)
+            BankJobEvent(
+                context.job, names.get(event.customer_id, customer), event, job_id or context.job.id
+            )
         )
         if inspect.isawaitable(told):
             await told
 
 
-def _customers_in(params: Mapping[str, Any]) -> tuple[list[str], bool]:
+def customers_in(params: Mapping[str, Any]) -> tuple[list[str], bool]:
     """The customers a ``bank.refresh`` job names, and whether it names several."""
     if "customers" in params:
         many = params["customers"]
@@ -328,6 +429,31 @@ async def _free_dead_launch(
         await asyncio.sleep(heartbeat)
 
 
+async def _free_dead_access(
+    sessions: async_sessionmaker[AsyncSession], access_id: int, heartbeat: float
+) -> None:
+    """Reset the access a dead part left claimed, once its heartbeat is stale (at most a few
+    heartbeat intervals from now); a live scrape of it keeps beating and is left alone."""
+    for _ in range(_WAIT_BEATS):
+        async with sessions() as session:
+            row = (
+                await session.execute(
+                    select(Access.scrape_state, Access.customer_id).where(Access.id == access_id)
+                )
+            ).first()
+        if row is None or row.scrape_state is not ScrapeState.IN_PROGRESS:
+            return
+        found = await reset_stuck(
+            sessions,
+            limit=timedelta(milliseconds=1),
+            heartbeat=heartbeat,
+            customer=row.customer_id,
+        )
+        if access_id in found.accesses:
+            return
+        await asyncio.sleep(heartbeat)
+
+
 # -- results ----------------------------------------------------------------------------------
 
 
@@ -342,20 +468,51 @@ def _launch_result(report: LaunchReport) -> dict[str, Any]:
         "seconds": round(report.seconds, 3),
         "balances_seconds": report.balances_seconds,
         "log_file": None if report.log_file is None else str(report.log_file),
-        "accesses": [
-            {
-                "access_id": a.access_id,
-                "bank": a.bank,
-                "result": a.code.value,
-                "detail": redact(a.detail)[:_MAX_DETAIL],
-                "accounts": a.accounts,
-                "movements": a.movements,
-                "seconds": round(a.seconds, 3),
-                "balances_seconds": a.balances_seconds,
-            }
-            for a in report.accesses
-        ],
+        "accesses": [_access_result(a) for a in report.accesses],
     }
+
+
+def _access_result(report: AccessReport) -> dict[str, Any]:
+    """An access's report as (part of) a job's result (JSON-ready; the detail scrubbed)."""
+    return {
+        "access_id": report.access_id,
+        "bank": report.bank,
+        "result": report.code.value,
+        "ok": report.code.ok,
+        "detail": redact(report.detail)[:_MAX_DETAIL],
+        "accounts": report.accounts,
+        "movements": report.movements,
+        "seconds": round(report.seconds, 3),
+        "balances_seconds": report.balances_seconds,
+    }
+
+
+def _access_report(part: Mapping[str, Any]) -> AccessReport:
+    return AccessReport(
+        int(part["access_id"]),
+        str(part["bank"]),
+        ResultCode(part["result"]),
+        detail=str(part.get("detail") or ""),
+        accounts=int(part.get("accounts") or 0),
+        movements=int(part.get("movements") or 0),
+        seconds=float(part.get("seconds") or 0.0),
+        balances_seconds=part.get("balances_seconds"),
+    )
+
+
+def _part_report(part: Job) -> AccessReport | None:
+    """How a ``bank.access`` part of a spread refresh ended, as its access's report; None for
+    an access that something else was scraping (a one-time code being tried: skipped, as a
+    refresh in one process skips it)."""
+    if part.state is JobState.SUCCEEDED and part.result:
+        return _access_report(part.result)
+    error = part.error or ""
+    if error.startswith(f"{RefreshInProgress.__name__}:"):
+        return None
+    access_id = int(part.params.get("access_id") or 0)
+    if part.state is JobState.CANCELLED:
+        return AccessReport(access_id, "-", ResultCode.TIMEOUT, "the refresh was cancelled")
+    return AccessReport(access_id, "-", ResultCode.UNKNOWN, _EXCEPTION_PREFIX.sub("", error))
 
 
 def refresh_reports(job: Job) -> list[LaunchReport]:
@@ -376,7 +533,7 @@ def refresh_reports(job: Job) -> list[LaunchReport]:
     else:
         reason = _EXCEPTION_PREFIX.sub("", job.error or "the refresh failed")
     try:
-        customers, _ = _customers_in(job.params)
+        customers, _ = customers_in(job.params)
     except InputError:
         customers = ["-"]
     return [LaunchReport("-", 0, customer, refused=reason) for customer in customers]
@@ -388,131 +545,8 @@ def _report_of(part: Mapping[str, Any]) -> LaunchReport:
         launch_id=str(part.get("launch_id") or "-"),
         customer_id=int(part.get("customer_id") or 0),
         external_id=str(part.get("customer", "-")),
-        accesses=[
-            AccessReport(
-                int(a["access_id"]),
-                str(a["bank"]),
-                ResultCode(a["result"]),
-                detail=str(a.get("detail") or ""),
-                accounts=int(a.get("accounts") or 0),
-                movements=int(a.get("movements") or 0),
-                seconds=float(a.get("seconds") or 0.0),
-                balances_seconds=a.get("balances_seconds"),
-            )
-            for a in part.get("accesses") or ()
-        ],
+        accesses=[_access_report(a) for a in part.get("accesses") or ()],
         seconds=float(part.get("seconds") or 0.0),
         log_file=Path(log_file) if log_file else None,
         refused=part.get("refused"),
     )
-
-
-# -- the watchdog -----------------------------------------------------------------------------
-
-
-@dataclass(frozen=True, slots=True)
-class WatchdogReport:
-    """What one watchdog pass did: jobs put back in the queue or failed, rows reset."""
-
-    requeued: tuple[str, ...] = ()
-    """Ids of running jobs whose heartbeat had stopped, queued again."""
-    failed: tuple[str, ...] = ()
-    """Ids of such jobs that had had their attempts, failed."""
-    accesses: tuple[int, ...] = ()
-    """Ids of accesses reset (ended ``timeout``)."""
-    customers: tuple[int, ...] = ()
-    """Ids of customers set back to idle."""
-
-
-async def run_watchdog(
-    queue: JobQueue,
-    sessions: async_sessionmaker[AsyncSession],
-    *,
-    limit: timedelta,
-    heartbeat: float = DEFAULT_HEARTBEAT,
-) -> WatchdogReport:
-    """One pass of the watchdog: the job queue's stalled-job sweep, then the bank rows.
-
-    1. Running jobs silent for longer than ``limit`` — and than the queue's ``stalled_after``
-       (three of its heartbeats) — go back to the queue, or fail past ``max_attempts``
-       (:meth:`EmbeddedJobQueue.requeue_stalled`); a queue process, or the next command that
-       asks for the same work, runs them again.
-    2. Accesses and customers stuck in progress are reset as :func:`reset_stuck` does (stale:
-       older than ``limit`` and three of their launcher's heartbeat intervals; ``heartbeat``
-       stands in for rows that stored none), except those of a customer a live bank job still
-       holds.
-
-    Raises :class:`~scrapeflow.errors.ConfigError`, before anything changes, when ``limit`` or
-    ``heartbeat`` is not positive.
-    """
-    if not limit > timedelta(0):
-        raise ConfigError(f"the watchdog's limit must be positive, got {limit.total_seconds():g} s")
-    if not 0 < heartbeat < float("inf"):
-        raise ConfigError(f"the heartbeat interval must be positive, got {heartbeat!r}")
-    # A distributed queue sweeps its stalled jobs itself, on its workers' own schedule.
-    stalled = (
-        await queue.requeue_stalled(silent_for=limit.total_seconds())
-        if isinstance(queue, EmbeddedJobQueue)
-        else []
-    )
-    held = await _held_customers(queue, sessions)
-    if not held:
-        rows = await reset_stuck(sessions, limit=limit, heartbeat=heartbeat)
-        accesses, customers = list(rows.accesses), list(rows.customers)
-    else:
-        accesses, customers = [], []
-        for customer_id in sorted(await _customers_in_progress(sessions) - held):
-            rows = await reset_stuck(
-                sessions, limit=limit, heartbeat=heartbeat, customer=customer_id
-            )
-            accesses += rows.accesses
-            customers += rows.customers
-    return WatchdogReport(
-        requeued=tuple(j.id for j in stalled if j.state is JobState.QUEUED),
-        failed=tuple(j.id for j in stalled if j.state is JobState.FAILED),
-        accesses=tuple(sorted(accesses)),
-        customers=tuple(sorted(customers)),
-    )
-
-
-async def _held_customers(queue: JobQueue, sessions: async_sessionmaker[AsyncSession]) -> set[int]:
-    """Ids of the customers that running bank jobs hold (their heartbeat is fresh: the sweep
-    has just put back every silent one)."""
-    external: set[str] = set()
-    for kind in (BANK_REFRESH, BANK_OTP):
-        before: str | None = None
-        while True:
-            page = await queue.find(kind=kind, states=(JobState.RUNNING,), limit=500, before=before)
-            for job in page:
-                external.update(_named_customers(job.params))
-            if len(page) < 500:
-                break
-            before = page[-1].id
-    if not external:
-        return set()
-    async with sessions() as session:
-        found = await session.scalars(
-            select(Customer.id).where(Customer.external_id.in_(sorted(external)))
-        )
-        return set(found.all())
-
-
-def _named_customers(params: Mapping[str, Any]) -> Collection[str]:
-    try:
-        return _customers_in(params)[0]
-    except InputError:
-        return ()
-
-
-async def _customers_in_progress(sessions: async_sessionmaker[AsyncSession]) -> set[int]:
-    """Ids of the customers in progress, or with an access in progress."""
-    async with sessions() as session:
-        refreshing = await session.scalars(
-            select(Customer.id).where(Customer.scrape_state == ScrapeState.IN_PROGRESS)
-        )
-        scraping = await session.scalars(
-            select(Access.customer_id)
-            .where(Access.scrape_state == ScrapeState.IN_PROGRESS)
-            .distinct()
-        )
-        return set(refreshing.all()) | set(scraping.all())

@@ -40,7 +40,7 @@ import inspect
 import secrets
 import time
 import traceback
-from collections.abc import Awaitable, Callable, Iterable, Mapping
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from datetime import UTC, date, datetime
 from functools import partial
@@ -80,6 +80,7 @@ from scrapeflow.banking._state import (
     read_session_state,
     seal_session_state,
     stamp_heartbeats,
+    take_over_customer,
 )
 from scrapeflow.banking._vault import KEY_FILE_ENV, KEYS_ENV, CredentialVault
 from scrapeflow.banking._writequeue import WriteQueue, writers_for
@@ -101,6 +102,7 @@ _log = get_logger(__name__)
 T = TypeVar("T")
 Today = Callable[[], date | Awaitable[date]]
 _STOPPED = "the launch was stopped"
+_TAKE_OVER_BEATS = 5  # a dead holder's heartbeat is stale after 3 (MISSED_BEATS)
 
 
 @dataclass(frozen=True, slots=True)
@@ -121,8 +123,15 @@ class _Launch:
     task was cancelled before it began never runs a line of it, so the launch ends it."""
 
     @classmethod
-    def open(cls, log_dir: Path | None, customer_id: int, external_id: str, **rest: Any) -> _Launch:
-        launch_id = secrets.token_hex(4)
+    def open(
+        cls,
+        log_dir: Path | None,
+        customer_id: int,
+        external_id: str,
+        launch_id: str | None = None,
+        **rest: Any,
+    ) -> _Launch:
+        launch_id = launch_id or secrets.token_hex(4)
         log = LaunchLog(log_dir, external_id=external_id, launch_id=launch_id)
         return cls(launch_id, customer_id, log, **rest)
 
@@ -132,6 +141,23 @@ class _Launch:
         if job is None:
             return LaunchEvent(kind, self.id, self.customer_id, **fields)
         return LaunchEvent(kind, self.id, self.customer_id, job.access_id, job.bank, **fields)
+
+
+@dataclass(slots=True)
+class SpreadLaunch:
+    """A launch whose accesses are scraped by parts, on any worker
+    (:meth:`Launcher.spread_launch`)."""
+
+    id: str
+    customer_id: int
+    external_id: str
+    accesses: tuple[int, ...]
+    """The customer's accesses, by id, when the launch started."""
+    ok: bool = False
+    """Set by the caller once the parts ended: whether every access succeeded."""
+
+    def event(self, kind: EventKind, **fields: Any) -> LaunchEvent:
+        return LaunchEvent(kind, self.id, self.customer_id, **fields)
 
 
 class Launcher:
@@ -400,8 +426,71 @@ class Launcher:
         except Exception as exc:  # the watchdog will free it
             _log.error("could not give back a stopped launch's claim", error=repr(exc))
 
-    async def scrape_access(self, access_id: int, *, otp: str | None = None) -> AccessReport:
-        """Scrape one access alone (the seed's test launchers; resuming a two-factor login).
+    @contextlib.asynccontextmanager
+    async def spread_launch(
+        self, customer: int | str, *, take_over: bool = False
+    ) -> AsyncIterator[SpreadLaunch]:
+        """Refresh ``customer`` with its accesses scraped elsewhere: each by a part of the
+        launch (:meth:`scrape_access` with the launch's id, on any worker), which claims the
+        access itself.
+
+        On entry, the checks of :meth:`refresh`, then the customer alone is claimed
+        (:class:`RefreshInProgress` when it is being refreshed) and the launch starts; while
+        inside, the customer's heartbeat is kept; on exit — the parts ended, or the launch was
+        stopped — it is marked all updated, and the launch's end is told with ``ok``.
+        ``take_over``: the launch runs again after its process died, so a customer in progress
+        whose heartbeat goes stale within a few beats is taken over (its accesses' parts may
+        still be running: their rows are left alone).
+        """
+        async with self.sessions() as session:
+            found = await find_customer(session, customer)
+            customer_id, external_id = found.id, found.external_id
+            accesses = list(
+                await session.scalars(
+                    select(Access.id).where(Access.customer_id == customer_id).order_by(Access.id)
+                )
+            )
+        await self._ready(Access.customer_id == customer_id)
+        await self._hold_customer(customer_id, take_over=take_over)
+        spread = SpreadLaunch(secrets.token_hex(4), customer_id, external_id, tuple(accesses))
+        self._held_customers.add(customer_id)
+        try:
+            await self._emit(None, spread.event(EventKind.LAUNCH_STARTED))
+            yield spread
+        finally:
+            try:
+                await asyncio.shield(self._finish_customer(customer_id))
+            finally:
+                self._held_customers.discard(customer_id)
+        code = ResultCode.SUCCESS if spread.ok else ResultCode.UNKNOWN
+        await self._emit(None, spread.event(EventKind.LAUNCH_FINISHED, result_code=code))
+
+    async def _hold_customer(self, customer_id: int, *, take_over: bool) -> None:
+        heartbeat = self.limits.heartbeat
+        for beat in range(_TAKE_OVER_BEATS if take_over else 1):
+            try:
+                await self._claim_or_give_back(
+                    lambda session: claim_customer(session, customer_id, heartbeat=heartbeat),
+                    lambda session, _: finish_customer(session, customer_id),
+                )
+                return
+            except RefreshInProgress:
+                if not take_over:
+                    raise
+                taken = await self._write(
+                    partial(take_over_customer, customer_id=customer_id, heartbeat=heartbeat)
+                )
+                if taken:
+                    return
+                if beat == _TAKE_OVER_BEATS - 1:
+                    raise
+                await asyncio.sleep(heartbeat)
+
+    async def scrape_access(
+        self, access_id: int, *, otp: str | None = None, launch_id: str | None = None
+    ) -> AccessReport:
+        """Scrape one access alone (the seed's test launchers; resuming a two-factor login; a
+        part of a launch spread over workers, whose ``launch_id`` its events and log carry).
 
         The access is claimed as in a refresh (:class:`RefreshInProgress` when it is already
         being scraped); its customer's state is left alone.
@@ -416,7 +505,9 @@ class Launcher:
             raise InputError(f"no access with id {access_id}")
         today = await self._ready(Access.id == access_id)
         otps = {access_id: otp} if otp else {}
-        launch = _Launch.open(self.log_dir, *owner, started=started, today=today, otp=otps)
+        launch = _Launch.open(
+            self.log_dir, *owner, started=started, today=today, otp=otps, launch_id=launch_id
+        )
         heartbeat = self.limits.heartbeat
 
         async def give_back(session: AsyncSession, taken: ClaimedAccess | None) -> None:

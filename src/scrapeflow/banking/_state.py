@@ -76,6 +76,7 @@ __all__ = [
     "reset_stuck",
     "seal_session_state",
     "stamp_heartbeats",
+    "take_over_customer",
 ]
 
 _log = get_logger(__name__)
@@ -162,6 +163,35 @@ async def claim_customer(
         f"customer {external_id!r} is already being refreshed "
         "(a stuck refresh is reset by the watchdog)"
     )
+
+
+async def take_over_customer(
+    session: AsyncSession,
+    customer_id: int,
+    *,
+    heartbeat: float | None = None,
+    now: datetime | None = None,
+) -> bool:
+    """Hold a customer whose refresh died — in progress, its heartbeat older than
+    :data:`MISSED_BEATS` of its interval — as if claimed now (its accesses are left as they
+    are: parts of that refresh may still be scraping them). False when it is not that."""
+    now = now or _now()
+    interval = await session.scalar(
+        select(Customer.heartbeat_seconds).where(Customer.id == customer_id)
+    )
+    stale_before = now - timedelta(seconds=MISSED_BEATS * (interval or DEFAULT_HEARTBEAT))
+    alive_at = func.coalesce(Customer.heartbeat_at, Customer.scrape_started_at)
+    result = await session.execute(
+        update(Customer)
+        .where(
+            Customer.id == customer_id,
+            Customer.scrape_state == ScrapeState.IN_PROGRESS,
+            _same(Customer.heartbeat_seconds, interval),
+            or_(alive_at < stale_before, alive_at.is_(None)),
+        )
+        .values(heartbeat_at=now, heartbeat_seconds=heartbeat)
+    )
+    return bool(_rowcount(result))
 
 
 async def claim_accesses(

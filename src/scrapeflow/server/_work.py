@@ -22,15 +22,17 @@ __all__ = ["api_job_kinds", "chain_job_kinds", "job_kinds", "job_queue"]
 
 def job_kinds(settings: Settings, events: EventLog) -> dict[str, JobHandler]:
     """The handlers of this service's job kinds, on ``settings``: the bank's (``bank.refresh``,
-    ``bank.otp``: what they do is told to ``events`` as it happens), the API's (``fetch``,
-    ``run``) and the chains' (``feed.page``)."""
+    ``bank.access``, ``bank.otp``: what they do is told to ``events`` as it happens, under the
+    refresh's job), the API's (``fetch``, ``run``) and the chains' (``feed.page``). On the
+    procrastinate backend a refresh is spread over the workers, one job per access."""
     from scrapeflow.banking import bank_job_kinds
 
     async def deliver(event: BankJobEvent) -> None:
-        await events.append(event.name, event.data(), customer=event.customer, job_id=event.job.id)
+        await events.append(event.name, event.data(), customer=event.customer, job_id=event.job_id)
 
+    per_access = settings.jobs_backend == "procrastinate"
     return (
-        bank_job_kinds(settings, on_event=deliver)
+        bank_job_kinds(settings, on_event=deliver, per_access=per_access)
         | api_job_kinds(settings)
         | chain_job_kinds(settings)
     )
