@@ -28,6 +28,7 @@ from scrapeflow.fetch._input import FetchItem
 from scrapeflow.fetch._pipeline import FetchReport, fetch_share
 from scrapeflow.fetch._run import _check_redis, _push
 from scrapeflow.fetch._settings import FetchSettings
+from scrapeflow.jobs import JobContext, JobState, follow_up_id
 from scrapeflow.storage import (
     BlobStore,
     FetchRecord,
@@ -49,6 +50,7 @@ __all__ = [
     "MAX_FETCH_JOB_CONCURRENCY",
     "MAX_FETCH_JOB_DELAY",
     "MAX_FETCH_JOB_PER_HOST",
+    "MAX_FETCH_JOB_SHARDS",
     "MAX_FETCH_JOB_URLS",
     "MAX_JOB_URL_LENGTH",
     "FetchItemOutcome",
@@ -65,6 +67,8 @@ MAX_JOB_URL_LENGTH = 8_192
 MAX_FETCH_JOB_CONCURRENCY = 256
 MAX_FETCH_JOB_PER_HOST = 64
 MAX_FETCH_JOB_DELAY = 60.0
+MAX_FETCH_JOB_SHARDS = 64
+"""Shards one ``fetch`` job splits its list into, at most (each a job of its own)."""
 
 ProgressCallback = Callable[..., None]
 """Told a job's counters as they move: ``progress(done=10, total=300, failed=1)``."""
@@ -76,13 +80,16 @@ class FetchJobParams:
 
     ``urls``: http(s) URLs, each once (a repeat is dropped); ``concurrency``: fetches in flight;
     ``per_host``: fetches in flight per host; ``delay``: seconds between two requests to one
-    host. The counts are held within the service's own limits when the job runs.
+    host; ``shards``: split the list into that many shards, each a ``fetch`` job of its own
+    (any worker may take one). The counts are held within the service's own limits when the
+    job runs.
     """
 
     urls: tuple[str, ...]
     concurrency: int = 16
     per_host: int = 8
     delay: float = 0.0
+    shards: int = 1
 
     @classmethod
     def from_params(cls, params: Mapping[str, Any]) -> FetchJobParams:
@@ -106,6 +113,7 @@ class FetchJobParams:
             ),
             per_host=_whole("per_host", params.get("per_host", 8), MAX_FETCH_JOB_PER_HOST),
             delay=_delay(params.get("delay", 0.0)),
+            shards=_whole("shards", params.get("shards", 1), MAX_FETCH_JOB_SHARDS),
         )
 
     def as_params(self) -> dict[str, Any]:
@@ -115,7 +123,26 @@ class FetchJobParams:
             "concurrency": self.concurrency,
             "per_host": self.per_host,
             "delay": self.delay,
+            **({"shards": self.shards} if self.shards > 1 else {}),
         }
+
+
+def shard_slices(count: int, shards: int) -> list[range]:
+    """The index ranges of the ``shards`` shards of a list of ``count`` URLs: contiguous, in
+    order, as even as can be (none empty: at most ``count`` of them)."""
+    shards = max(1, min(shards, count))
+    size, extra = divmod(count, shards)
+    slices, start = [], 0
+    for n in range(shards):
+        stop = start + size + (1 if n < extra else 0)
+        slices.append(range(start, stop))
+        start = stop
+    return slices
+
+
+def shard_key(n: int) -> str:
+    """The follow-up key of a sharded fetch job's ``n``-th shard."""
+    return f"shard-{n}"
 
 
 def _url_problem(url: object) -> str | None:
@@ -276,13 +303,51 @@ class FetchJobs:
             "errors": dict(report.errors),
         }
 
+    async def run_shards(self, context: JobContext) -> dict[str, Any]:
+        """Run a ``fetch`` job of several ``shards``: queue each shard as a ``fetch`` job of its
+        own (a follow-up: run again, the job finds the same ones), wait for them, and sum what
+        they did. A shard that failed fails the job, naming it."""
+        checked = FetchJobParams.from_params(context.params)
+        if checked.shards == 1:
+            return await self.run(context.job.id, context.params, context.progress)
+        urls = [u for u in context.params["urls"] if isinstance(u, str)]
+        common = {k: v for k, v in checked.as_params().items() if k not in ("urls", "shards")}
+        parts = [
+            await context.submit(
+                FETCH_KIND, common | {"urls": urls[s.start : s.stop]}, key=shard_key(n)
+            )
+            for n, s in enumerate(shard_slices(len(urls), checked.shards))
+        ]
+        ended = await context.join(parts)
+        summary: dict[str, Any] = {"shards": [job.id for job in ended]}
+        errors: dict[str, int] = {}
+        for n, job in enumerate(ended):
+            if job.state is not JobState.SUCCEEDED or job.result is None:
+                raise RuntimeError(f"shard {n} (job {job.id}) {job.state.value}: {job.error}")
+            for name in ("urls", "stored", "duplicates", "skipped", "failed", "bytes"):
+                summary[name] = summary.get(name, 0) + int(job.result.get(name) or 0)
+            for error, count in (job.result.get("errors") or {}).items():
+                errors[error] = errors.get(error, 0) + int(count)
+        summary["errors"] = errors
+        context.progress(
+            done=summary["urls"],
+            total=summary["urls"],
+            stored=summary["urls"] - summary["failed"],
+            failed=summary["failed"],
+        )
+        return summary
+
     async def outcomes(
         self, job_id: str, params: Mapping[str, Any], *, active: bool, start: int, limit: int
     ) -> list[FetchItemOutcome]:
         """URLs ``start`` .. ``start + limit - 1`` of job ``job_id`` (in the order given), each
-        with its outcome as logged so far. ``active``: the job is queued or running (a URL
-        with nothing logged is ``pending``, else ``not_fetched``)."""
+        with its outcome as logged so far — by its shard's job, for a job of several shards.
+        ``active``: the job is queued or running (a URL with nothing logged is ``pending``,
+        else ``not_fetched``)."""
         urls = [u for u in params.get("urls", []) if isinstance(u, str)]
+        shards = params.get("shards", 1)
+        if isinstance(shards, int) and shards > 1:
+            return await self._shard_outcomes(job_id, urls, shards, active, start, limit)
         page = urls[start : start + limit]
         if not page:
             return []
@@ -310,6 +375,25 @@ class FetchJobs:
                         error=record.error,
                     )
                 )
+        return found
+
+    async def _shard_outcomes(
+        self, job_id: str, urls: list[str], shards: int, active: bool, start: int, limit: int
+    ) -> list[FetchItemOutcome]:
+        found: list[FetchItemOutcome] = []
+        for n, shard in enumerate(shard_slices(len(urls), shards)):
+            low, high = max(start, shard.start), min(start + limit, shard.stop)
+            if low >= high:
+                continue
+            part = follow_up_id(job_id, shard_key(n))
+            mine = await self.outcomes(
+                part,
+                {"urls": urls[shard.start : shard.stop]},
+                active=active,
+                start=low - shard.start,
+                limit=high - low,
+            )
+            found += [dataclasses.replace(o, index=o.index + shard.start) for o in mine]
         return found
 
 

@@ -21,7 +21,14 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 from scrapeflow.jobs._memory import MemoryJobStore
-from scrapeflow.jobs._model import ACTIVE_STATES, Job, JobState, JobTally, new_job_id
+from scrapeflow.jobs._model import (
+    ACTIVE_STATES,
+    Job,
+    JobState,
+    JobTally,
+    follow_up_id,
+    new_job_id,
+)
 from scrapeflow.jobs._runner import EmbeddedJobQueue, JobContext, JobHandler, JobKinds, JobQueue
 from scrapeflow.jobs._schedule import DailySchedule
 from scrapeflow.jobs._scheduler import Scheduler, ScheduleRun
@@ -47,6 +54,7 @@ __all__ = [
     "ScheduleRun",
     "Scheduler",
     "SqlJobStore",
+    "follow_up_id",
     "jobs_table",
     "new_job_id",
 ]

@@ -33,6 +33,7 @@ from scrapeflow.fetch import (
     MAX_FETCH_JOB_CONCURRENCY,
     MAX_FETCH_JOB_DELAY,
     MAX_FETCH_JOB_PER_HOST,
+    MAX_FETCH_JOB_SHARDS,
     MAX_FETCH_JOB_URLS,
     MAX_JOB_URL_LENGTH,
     FetchItemOutcome,
@@ -241,6 +242,9 @@ class FetchJobParamsIn(BaseModel):
     """Fetches in flight per host (the service's ``per_host`` caps it)."""
     delay: Annotated[float, Field(ge=0, le=MAX_FETCH_JOB_DELAY, allow_inf_nan=False)] = 0.0
     """Seconds between two requests to one host."""
+    shards: Annotated[int, Field(ge=1, le=MAX_FETCH_JOB_SHARDS)] = 1
+    """Split the list into this many shards, each a job of its own that any worker may take
+    (the job waits for them, running those still queued itself)."""
 
 
 class RunTaskIn(BaseModel):

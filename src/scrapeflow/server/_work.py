@@ -58,7 +58,7 @@ def api_job_kinds(settings: Settings) -> dict[str, JobHandler]:
     run_jobs = RunJobs.from_settings(settings)
 
     async def fetch(context: JobContext) -> Mapping[str, Any]:
-        return await fetch_jobs.run(context.job.id, context.params, context.progress)
+        return await fetch_jobs.run_shards(context)
 
     async def run(context: JobContext) -> Mapping[str, Any]:
         return await run_jobs.run(context.job.id, context.params, context.progress)
