@@ -74,7 +74,7 @@ async def test_save_is_atomic_and_stale_temp_files_are_swept(tmp_path: Path) -> 
     assert not dead.exists()
     assert live.exists()
     assert mine.read_text() == "keep me"
-    assert list(store.keys()) == ["k"]
+    assert await store.keys() == ["k"]
     assert json.loads((tmp_path / "k.status.json").read_text()) == {"name": "k", "params": {}}
 
 
@@ -155,3 +155,14 @@ async def test_the_store_writes_owner_only_files_in_owner_only_directories(tmp_p
     assert stat.S_IMODE((tmp_path / "a").stat().st_mode) == 0o700
     assert stat.S_IMODE((tmp_path / "a" / "b").stat().st_mode) == 0o700
     assert stat.S_IMODE(store.path("k").stat().st_mode) == 0o600
+
+
+async def test_keys_is_async_and_lists_only_status_files(tmp_path: Path) -> None:
+    store = JsonDirStore(tmp_path / "run")
+    assert await store.keys() == []  # nothing made yet: no keys, no error
+    await store.prepare()
+    await store.save("b", {"name": "b", "params": {}})
+    await store.save("a", {"name": "a", "params": {}})
+    (store.directory / "a.scrape").write_bytes(b"<html>")  # a body, not a status
+    (store.directory / ".hidden.status.json").write_text("{}")
+    assert sorted(await store.keys()) == ["a", "b"]

@@ -29,6 +29,7 @@ if TYPE_CHECKING:
         read_status,
         status_summary,
     )
+    from scrapeflow.statusdb import SqlStatusStore
 
 __version__ = "0.1.0"
 
@@ -48,6 +49,7 @@ _LAZY = {
     "StatusStore": "scrapeflow.status",
     "read_status": "scrapeflow.status",
     "status_summary": "scrapeflow.status",
+    "SqlStatusStore": "scrapeflow.statusdb",
 }
 
 __all__ = [
@@ -58,6 +60,7 @@ __all__ = [
     "ProxyProviderFromList",
     "RunProgress",
     "ScrapeflowError",
+    "SqlStatusStore",
     "StatusData",
     "StatusStore",
     "TaskOutcome",

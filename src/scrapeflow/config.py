@@ -159,7 +159,9 @@ class Settings(BaseSettings):
     job_heartbeat: Seconds = 5.0
     """Seconds between two heartbeats of running jobs; a job silent for 3 of them is run again."""
     jobs_dir: Path = Path("jobs")
-    """Where API jobs write: a ``run`` job's status files in ``{jobs_dir}/run/{job id}``."""
+    """Where API jobs write: a ``run`` job's status files and executor output in
+    ``{jobs_dir}/run/{job id}`` (on the procrastinate backend the statuses are in the database,
+    table ``scrapeflow_task_status``, namespace = the job id: a job may resume elsewhere)."""
     jobs_store: str | None = None
     """Where ``fetch`` jobs store pages (a directory or s3://bucket/prefix); unset: the bulk
     fetcher's store (``[fetch] store``, AWS_STORAGE_BUCKET_NAME), else ``{jobs_dir}/store``."""

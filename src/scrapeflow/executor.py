@@ -415,7 +415,9 @@ class _Run:
                 listed = status[FOLLOW_UPS] = []
             seen = set(listed)
             listed.extend(k for k in added if k not in seen)
-        await self.store.save(key, status)
+        # Shielded: a run cancelled while a database store writes still keeps the executor's
+        # result (a file store's write was never interrupted), so a resume does not redo it.
+        await asyncio.shield(self.store.save(key, status))
 
     async def _watch(self, workers: dict[asyncio.Task[None], TaskClock]) -> None:
         """Cancel an executor whose task is past its deadline (a timer per run, not per call)."""

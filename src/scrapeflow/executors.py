@@ -29,7 +29,9 @@ executor records itself under its function's name).
 :class:`RunJobs` is the ``run`` job kind: a task list (URLs, or keys with params) through the
 named executors with :func:`~scrapeflow.executor.execute_async`, into a status directory the
 service chooses (``{root}/{job id}``), never the client. Run again after a crash, it skips
-what succeeded: the engine's resume makes the job idempotent.
+what succeeded: the engine's resume makes the job idempotent. On the distributed backend a job
+may run again on another machine, so there the statuses are kept in the service's database
+(:class:`~scrapeflow.statusdb.SqlStatusStore`, namespace: the job id) instead of files.
 
 >>> from scrapeflow.executors import executor_names
 >>> "scrape" in executor_names()
@@ -42,7 +44,8 @@ import asyncio
 import inspect
 import math
 import re
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import AsyncIterator, Callable, Iterable, Mapping, Sequence
+from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
 from importlib.metadata import entry_points
 from pathlib import Path
@@ -51,6 +54,7 @@ from typing import TYPE_CHECKING, Any, TypeGuard
 import orjson
 
 from scrapeflow._taskify import Executor, as_executor, executor_name
+from scrapeflow._util.atomic import make_private_dirs
 from scrapeflow._util.logs import get_logger
 from scrapeflow.errors import ConfigError, InputError, StatusError
 from scrapeflow.status import (
@@ -58,15 +62,21 @@ from scrapeflow.status import (
     SKIPPED,
     STATUS_SUFFIX,
     SUCCESS,
+    JsonDirStore,
     Params,
+    StatusData,
+    StatusStore,
     check_key,
     load_status_file,
 )
 from scrapeflow.urllist import check_url, url_key
 
 if TYPE_CHECKING:
+    from sqlalchemy.ext.asyncio import AsyncEngine
+
     from scrapeflow.config import Settings
     from scrapeflow.executor import RunProgress
+    from scrapeflow.statusdb import SqlStatusStore
 
 __all__ = [
     "ENTRY_POINT_GROUP",
@@ -398,7 +408,7 @@ class ExecutorOutcome:
 @dataclass(frozen=True, slots=True)
 class RunTaskOutcome:
     """Where one task of a run job stands: ``succeeded``, ``failed``, ``pending`` (the job is
-    still active), ``not_run`` (the job ended before it) or ``unreadable`` (its status file is
+    still active), ``not_run`` (the job ended before it) or ``unreadable`` (its saved status is
     not one the engine wrote)."""
 
     index: int
@@ -412,6 +422,11 @@ class RunTaskOutcome:
 class RunJobs:
     """The ``run`` job kind on a service's settings: where jobs write (``root``), and the HTTP
     limits a client's choices are held within.
+
+    ``status_db``: a database URL where the jobs keep their task statuses
+    (:class:`~scrapeflow.statusdb.SqlStatusStore`, one namespace per job id) rather than status
+    files under ``root`` (which then holds only what executors write, such as page bodies);
+    ``engine``: an open engine on that database to share (else each call opens its own).
 
     >>> jobs = RunJobs.from_settings(Settings.load())  # doctest: +SKIP
     >>> params = {"tasks": ["https://example.com/"], "executors": ["scrape"]}
@@ -427,12 +442,21 @@ class RunJobs:
     rotate_after: int = 3
     identity: str = "browser"
     proxies: Path | None = None
+    status_db: str | None = field(default=None, repr=False)  # a URL may hold a password
+    engine: AsyncEngine | None = field(default=None, repr=False, compare=False)
 
     @classmethod
     def from_settings(
-        cls, settings: Settings, *, registry: ExecutorRegistry | None = None
+        cls,
+        settings: Settings,
+        *,
+        registry: ExecutorRegistry | None = None,
+        engine: AsyncEngine | None = None,
     ) -> RunJobs:
-        """Run jobs under ``{jobs_dir}/run``, with the service's HTTP settings as limits."""
+        """Run jobs under ``{jobs_dir}/run``, with the service's HTTP settings as limits. On the
+        ``procrastinate`` backend (a job may run again on another machine) statuses are kept
+        in the service's database, ``db_url``, through ``engine`` if given (one on it)."""
+        distributed = settings.jobs_backend == "procrastinate"
         return cls(
             root=settings.jobs_dir / "run",
             registry=registry or _REGISTRY,
@@ -443,11 +467,28 @@ class RunJobs:
             rotate_after=settings.rotate_after,
             identity=settings.identity,
             proxies=settings.proxies,
+            status_db=settings.db_url if distributed else None,
+            engine=engine if distributed else None,
         )
 
     def directory(self, job_id: str) -> Path:
-        """The status directory of job ``job_id``."""
+        """The directory of job ``job_id``: its status files (unless ``status_db`` keeps them)
+        and whatever its executors write there (``scrape``'s page bodies)."""
         return self.root / check_key(job_id)
+
+    @asynccontextmanager
+    async def status_store(self, job_id: str) -> AsyncIterator[StatusStore]:
+        """The store of job ``job_id``'s statuses (not prepared), closed on leaving."""
+        if self.status_db is None:
+            yield JsonDirStore(self.directory(job_id))
+            return
+        async with self._sql_store(self.status_db, job_id) as store:
+            yield store
+
+    def _sql_store(self, db_url: str, job_id: str) -> SqlStatusStore:
+        from scrapeflow.statusdb import SqlStatusStore
+
+        return SqlStatusStore(self.engine or db_url, namespace=check_key(job_id))
 
     async def run(
         self, job_id: str, params: Mapping[str, Any], progress: ProgressCallback
@@ -483,16 +524,21 @@ class RunJobs:
             counts.update(succeeded=run.succeeded, skipped=run.skipped, failed=run.failed)
             progress(done=run.done, total=total, **counts)
 
-        await execute_async(
-            executors,
-            self.directory(job_id),
-            {task.key: task.params for task in checked.tasks},
-            timeout=timeout,
-            max_parallelism=parallelism,
-            proxy_provider=provider,
-            http=http,
-            on_progress=moved,
-        )
+        directory = self.directory(job_id)
+        async with self.status_store(job_id) as store:
+            if not isinstance(store, JsonDirStore):
+                make_private_dirs(directory)  # the executors' files, made by JsonDirStore else
+            await execute_async(
+                executors,
+                directory,
+                {task.key: task.params for task in checked.tasks},
+                timeout=timeout,
+                max_parallelism=parallelism,
+                proxy_provider=provider,
+                http=http,
+                on_progress=moved,
+                store=store,
+            )
         return {"tasks": total, **counts, "executors": list(checked.executors)}
 
     async def outcomes(
@@ -503,14 +549,23 @@ class RunJobs:
         queued or running (a task with nothing saved is ``pending``, else ``not_run``)."""
         tasks = _stored_tasks(params)[start : start + limit]
         names = [n for n in params.get("executors", []) if isinstance(n, str)]
-        directory = self.directory(job_id)
+        if self.status_db is None:
+            directory = self.directory(job_id)
 
-        def read() -> list[RunTaskOutcome]:
-            return [
-                _outcome(start + n, task, names, directory, active) for n, task in enumerate(tasks)
-            ]
+            def read() -> list[RunTaskOutcome]:
+                return [
+                    _outcome(start + n, task, names, _read_file(directory, task.key), active)
+                    for n, task in enumerate(tasks)
+                ]
 
-        return await asyncio.to_thread(read)
+            return await asyncio.to_thread(read)
+        async with self._sql_store(self.status_db, job_id) as store:
+            await store.prepare()  # a job not started yet may find no table
+            found = await store.load_many(task.key for task in tasks)
+        return [
+            _outcome(start + n, task, names, found.get(task.key), active)
+            for n, task in enumerate(tasks)
+        ]
 
 
 def _stored_tasks(params: Mapping[str, Any]) -> list[RunTask]:
@@ -523,15 +578,26 @@ def _stored_tasks(params: Mapping[str, Any]) -> list[RunTask]:
     return found
 
 
+def _read_file(directory: Path, key: str) -> StatusData | StatusError | None:
+    """A task's status file: its status, ``None`` if there is none yet, or the error that
+    says it is not one the engine wrote."""
+    try:
+        return load_status_file(directory / f"{check_key(key)}{STATUS_SUFFIX}")
+    except StatusError as exc:
+        return exc
+
+
 def _outcome(
-    index: int, task: RunTask, names: Sequence[str], directory: Path, active: bool
+    index: int,
+    task: RunTask,
+    names: Sequence[str],
+    status: StatusData | StatusError | None,
+    active: bool,
 ) -> RunTaskOutcome:
     url = task.params.get("url")
     url = url if isinstance(url, str) else None
     waiting = "pending" if active else "not_run"
-    try:
-        status = load_status_file(directory / f"{check_key(task.key)}{STATUS_SUFFIX}")
-    except StatusError:  # not a file the engine wrote: say so rather than fail the page
+    if isinstance(status, StatusError):  # not what the engine wrote: say so, not fail the page
         return RunTaskOutcome(index, task.key, url, "unreadable")
     if status is None:
         return RunTaskOutcome(index, task.key, url, waiting)

@@ -13,11 +13,13 @@ A task's status is a JSON object (the seed's ``<key>.status.json``)::
 Where statuses live is a :class:`StatusStore`. The default, :class:`JsonDirStore`, is the seed's
 format: one file per task in a directory, each written atomically (temp file + rename), so a run
 killed at any moment never leaves a cut file behind. Files are created owner-only (0600), and so
-are the directories the store makes (0700).
+are the directories the store makes (0700). :class:`scrapeflow.statusdb.SqlStatusStore` keeps the
+same JSON in a database table instead, so a run can resume on another machine.
 """
 
 from __future__ import annotations
 
+import asyncio
 import os
 import re
 from collections import Counter
@@ -55,6 +57,7 @@ __all__ = [
     "executor_names",
     "iter_statuses",
     "load_status_file",
+    "parse_status",
     "read_status",
     "status_summary",
     "summarize",
@@ -101,7 +104,8 @@ class StatusStore(Protocol):
     """Where task statuses are kept. The engine only talks to this interface.
 
     Implementations must make ``save`` atomic: after a crash, ``load`` returns the last saved
-    status or ``None``, never a partial one.
+    status or ``None``, never a partial one. Every method is async, ``keys`` too: a store may
+    be a database across the network (:class:`scrapeflow.statusdb.SqlStatusStore`).
     """
 
     async def prepare(self) -> None:
@@ -116,7 +120,7 @@ class StatusStore(Protocol):
     async def exists(self, key: str) -> bool:
         """Whether the task has a saved status."""
 
-    def keys(self) -> Iterator[str]:
+    async def keys(self) -> list[str]:
         """Every saved task's key, in no particular order."""
 
 
@@ -163,13 +167,20 @@ class JsonDirStore:
     async def exists(self, key: str) -> bool:
         return os.path.isfile(f"{self._prefix}{key}{STATUS_SUFFIX}")  # noqa: ASYNC240 - one local stat
 
-    def keys(self) -> Iterator[str]:
-        if not self.directory.is_dir():
-            return
-        with os.scandir(self.directory) as entries:
-            for entry in entries:
-                if entry.name.endswith(STATUS_SUFFIX) and not entry.name.startswith("."):
-                    yield entry.name[: -len(STATUS_SUFFIX)]
+    async def keys(self) -> list[str]:
+        # A directory of a million files takes a second to list: not on the event loop.
+        return await asyncio.to_thread(lambda: list(_keys_in(self.directory)))
+
+
+def _keys_in(directory: Path) -> Iterator[str]:
+    """The task keys of the status files in ``directory``, one at a time (none if it is not a
+    directory)."""
+    if not directory.is_dir():
+        return
+    with os.scandir(directory) as entries:
+        for entry in entries:
+            if entry.name.endswith(STATUS_SUFFIX) and not entry.name.startswith("."):
+                yield entry.name[: -len(STATUS_SUFFIX)]
 
 
 def dump_status(status: StatusData) -> bytes:
@@ -190,12 +201,18 @@ def load_status_file(path: str | Path) -> StatusData | None:
         raise StatusError(
             f"{path} is {exc.kind}, not a status file; move it out of the directory"
         ) from None
+    return parse_status(raw, where=str(path))
+
+
+def parse_status(raw: bytes | str, *, where: str) -> StatusData:
+    """A status from its JSON (what :func:`dump_status` wrote); :class:`StatusCorrupt` naming
+    ``where`` (a file, a table row) if it is not one."""
     try:
         status = orjson.loads(raw)
     except orjson.JSONDecodeError as exc:
-        raise StatusCorrupt(f"{path} is not valid JSON ({exc}); it was left untouched") from exc
+        raise StatusCorrupt(f"{where} is not valid JSON ({exc}); it was left untouched") from exc
     if not isinstance(status, dict) or not isinstance(status.get("params"), dict):
-        raise StatusCorrupt(f"{path} is not a scrapeflow status (no 'params' object)")
+        raise StatusCorrupt(f"{where} is not a scrapeflow status (no 'params' object)")
     return status
 
 
@@ -233,7 +250,7 @@ def check_task_set(
     if not os.access(directory, os.W_OK | os.X_OK):
         raise StatusError(f"cannot write status files to {directory}: permission denied")
     store = JsonDirStore(directory)
-    existing = set(store.keys())
+    existing = set(_keys_in(directory))
     if not existing:
         return
     shared = 0
@@ -269,7 +286,7 @@ def iter_statuses(
     if not directory.is_dir():
         raise StatusError(f"{directory} is not a directory")
     store = JsonDirStore(directory)
-    for key in store.keys():  # noqa: SIM118 - a store, not a dict
+    for key in _keys_in(directory):
         path = store.path(key)
         try:
             status = load_status_file(path)

@@ -20,11 +20,14 @@ if TYPE_CHECKING:
 __all__ = ["api_job_kinds", "chain_job_kinds", "job_kinds", "job_queue"]
 
 
-def job_kinds(settings: Settings, events: EventLog) -> dict[str, JobHandler]:
+def job_kinds(
+    settings: Settings, events: EventLog, engine: AsyncEngine | None = None
+) -> dict[str, JobHandler]:
     """The handlers of this service's job kinds, on ``settings``: the bank's (``bank.refresh``,
     ``bank.access``, ``bank.otp``: what they do is told to ``events`` as it happens, under the
     refresh's job), the API's (``fetch``, ``run``) and the chains' (``feed.page``). On the
-    procrastinate backend a refresh is spread over the workers, one job per access."""
+    procrastinate backend a refresh is spread over the workers, one job per access. ``engine``:
+    the process's engine on ``db_url``, for the jobs that keep state there."""
     from scrapeflow.banking import bank_job_kinds
 
     async def deliver(event: BankJobEvent) -> None:
@@ -33,7 +36,7 @@ def job_kinds(settings: Settings, events: EventLog) -> dict[str, JobHandler]:
     per_access = settings.jobs_backend == "procrastinate"
     return (
         bank_job_kinds(settings, on_event=deliver, per_access=per_access)
-        | api_job_kinds(settings)
+        | api_job_kinds(settings, engine)
         | chain_job_kinds(settings)
     )
 
@@ -46,16 +49,17 @@ def chain_job_kinds(settings: Settings) -> dict[str, JobHandler]:
     return {FEED_PAGE_KIND: FeedChainJobs.from_settings(settings).run}
 
 
-def api_job_kinds(settings: Settings) -> dict[str, JobHandler]:
+def api_job_kinds(settings: Settings, engine: AsyncEngine | None = None) -> dict[str, JobHandler]:
     """The kinds ``POST /v1/jobs`` creates: ``fetch`` (the bulk fetcher, into the service's
     store) and ``run`` (a task list through executors chosen by registered name). Raises
     :class:`~scrapeflow.errors.ConfigError` for a bad fetch setting, before the service starts.
-    """
+    ``engine``: the process's engine, shared by the run jobs that keep their statuses in the
+    database (on the procrastinate backend) instead of one each."""
     from scrapeflow.executors import RUN_KIND, RunJobs
     from scrapeflow.fetch import FETCH_KIND, FetchJobs
 
     fetch_jobs = FetchJobs.from_settings(settings)
-    run_jobs = RunJobs.from_settings(settings)
+    run_jobs = RunJobs.from_settings(settings, engine=engine)
 
     async def fetch(context: JobContext) -> Mapping[str, Any]:
         return await fetch_jobs.run_shards(context)
@@ -72,7 +76,7 @@ def job_queue(
     """The queue of ``settings.jobs_backend`` (not entered yet). ``run_jobs``: this process
     runs jobs (the service on the embedded backend, a worker on procrastinate's); else it only
     submits, looks and cancels (the service on procrastinate's)."""
-    kinds = job_kinds(settings, events)
+    kinds = job_kinds(settings, events, engine)
     if settings.jobs_backend == "procrastinate":
         from scrapeflow.jobs import ProcrastinateJobQueue
 

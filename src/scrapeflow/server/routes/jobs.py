@@ -236,7 +236,10 @@ async def job_results(
         )
         items = [FetchItemOut.of(outcome) for outcome in fetched]
     elif job.kind == RUN_KIND:
-        ran = await RunJobs.from_settings(state.settings).outcomes(
+        # On the procrastinate backend the statuses are in the service's database: read them
+        # through its engine rather than opening one per page.
+        run_jobs = RunJobs.from_settings(state.settings, engine=state.engine)
+        ran = await run_jobs.outcomes(
             job.id, job.params, active=active, start=start, limit=limit + 1
         )
         items = [RunTaskOut.of(outcome) for outcome in ran]
