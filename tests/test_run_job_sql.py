@@ -168,3 +168,27 @@ def test_a_run_job_on_workers_reads_its_results_from_the_database(
     assert {key: status["scrape_status"] for key, status in statuses.items()} == {
         f"page{n}": "SUCCESS" for n in (1, 2, 3)
     }
+
+
+def test_a_run_job_in_batches_spreads_them_and_reads_back_in_order(
+    distributed: Service, plain_site: RunningSite
+) -> None:
+    tasks = [{"key": f"page{n}", "params": {"url": plain_site.page_url(n)}} for n in range(5)]
+    with distributed.client("jobs", "read") as client:
+        created = client.post(
+            "/v1/jobs", json={"kind": "run", "params": {"tasks": tasks, "batches": 2}}
+        )
+        assert created.status_code == 202, created.text
+        job = wait_ended(client, created.json()["id"])
+        assert job["state"] == "succeeded", job
+        items = all_results(client, job["id"], limit=2)
+        runs = client.get("/v1/jobs", params={"kind": "run"}).json()["jobs"]
+    result = job["result"]
+    assert (result["tasks"], result["succeeded"], result["failed"]) == (5, 5, 0)
+    assert len(result["batches"]) == 2
+    assert {run["id"] for run in runs} == {job["id"], *result["batches"]}
+    batch_sizes = sorted(len(run["params"]["tasks"]) for run in runs if run["id"] != job["id"])
+    assert batch_sizes == [2, 3]
+    assert [item["key"] for item in items] == [f"page{n}" for n in range(5)]
+    assert [item["index"] for item in items] == list(range(5))
+    assert {item["state"] for item in items} == {"succeeded"}

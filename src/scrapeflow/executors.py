@@ -46,7 +46,7 @@ import math
 import re
 from collections.abc import AsyncIterator, Callable, Iterable, Mapping, Sequence
 from contextlib import asynccontextmanager
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from importlib.metadata import entry_points
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeGuard
@@ -80,6 +80,7 @@ if TYPE_CHECKING:
 
 __all__ = [
     "ENTRY_POINT_GROUP",
+    "MAX_RUN_BATCHES",
     "MAX_RUN_DELAY",
     "MAX_RUN_EXECUTORS",
     "MAX_RUN_PARALLELISM",
@@ -112,6 +113,8 @@ MAX_RUN_PARALLELISM = 1_000
 MAX_RUN_PER_HOST = 64
 MAX_RUN_TIMEOUT = 600.0
 MAX_RUN_DELAY = 60.0
+MAX_RUN_BATCHES = 64
+"""Batches one ``run`` job splits its tasks into, at most (each a ``run`` job of its own)."""
 
 ExecutorFactory = Callable[[], Callable[..., Any]]
 """Makes the executor a name stands for: an :data:`~scrapeflow.executor.Executor`, or an
@@ -283,7 +286,9 @@ class RunJobParams:
     ``tasks``: URLs (key: the URL's MD5, params ``{"url": url}``, as ``scrapeflow run``), or
     ``{"key": ..., "params": {...}}`` objects (key optional when the params have a ``url``);
     ``executors``: registered names; ``parallelism``, ``per_host``, ``delay``: how hard to go,
-    within the service's own limits; ``timeout``: seconds per task (the service's by default).
+    within the service's own limits; ``timeout``: seconds per task (the service's by default);
+    ``batches``: split the tasks into that many batches, each a ``run`` job of its own (any
+    worker may take one).
     """
 
     tasks: tuple[RunTask, ...]
@@ -292,6 +297,7 @@ class RunJobParams:
     per_host: int = 8
     delay: float = 0.0
     timeout: float | None = None
+    batches: int = 1
 
     @classmethod
     def from_params(
@@ -326,6 +332,7 @@ class RunJobParams:
             per_host=_whole("per_host", params.get("per_host", 8), MAX_RUN_PER_HOST),
             delay=_number("delay", params.get("delay", 0.0), low=0.0, high=MAX_RUN_DELAY),
             timeout=timeout,
+            batches=_whole("batches", params.get("batches", 1), MAX_RUN_BATCHES),
         )
 
     def as_params(self) -> dict[str, Any]:
@@ -337,6 +344,7 @@ class RunJobParams:
             "per_host": self.per_host,
             "delay": self.delay,
             "timeout": self.timeout,
+            **({"batches": self.batches} if self.batches > 1 else {}),
         }
 
 
@@ -542,11 +550,31 @@ class RunJobs:
         return {"tasks": total, **counts, "executors": list(checked.executors)}
 
     async def outcomes(
-        self, job_id: str, params: Mapping[str, Any], *, active: bool, start: int, limit: int
+        self,
+        job_id: str,
+        params: Mapping[str, Any],
+        *,
+        active: bool,
+        start: int,
+        limit: int,
+        batches: Sequence[tuple[str, range]] = (),
     ) -> list[RunTaskOutcome]:
         """Tasks ``start`` .. ``start + limit - 1`` of job ``job_id`` (in the order given),
         each with its executors' statuses and outputs as saved so far. ``active``: the job is
-        queued or running (a task with nothing saved is ``pending``, else ``not_run``)."""
+        queued or running (a task with nothing saved is ``pending``, else ``not_run``).
+        ``batches``: a job split into batches, each batch's job id and task indexes (the
+        statuses are the batches')."""
+        if batches:
+            outcomes: list[RunTaskOutcome] = []
+            for batch_id, part in batches:
+                low, high = max(start, part.start), min(start + limit, part.stop)
+                if low < high:
+                    mine = {**params, "tasks": params["tasks"][part.start : part.stop]}
+                    ran = await self.outcomes(
+                        batch_id, mine, active=active, start=low - part.start, limit=high - low
+                    )
+                    outcomes += [replace(o, index=o.index + part.start) for o in ran]
+            return outcomes
         tasks = _stored_tasks(params)[start : start + limit]
         names = [n for n in params.get("executors", []) if isinstance(n, str)]
         if self.status_db is None:

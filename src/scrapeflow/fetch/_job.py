@@ -28,7 +28,7 @@ from scrapeflow.fetch._input import FetchItem
 from scrapeflow.fetch._pipeline import FetchReport, fetch_share
 from scrapeflow.fetch._run import _check_redis, _push
 from scrapeflow.fetch._settings import FetchSettings
-from scrapeflow.jobs import JobContext, JobState, follow_up_id
+from scrapeflow.jobs import JobContext, even_slices, part_ids, run_parts
 from scrapeflow.storage import (
     BlobStore,
     FetchRecord,
@@ -69,6 +69,7 @@ MAX_FETCH_JOB_PER_HOST = 64
 MAX_FETCH_JOB_DELAY = 60.0
 MAX_FETCH_JOB_SHARDS = 64
 """Shards one ``fetch`` job splits its list into, at most (each a job of its own)."""
+_SHARD = "shard"  # the follow-up keys of a job's shards: shard-0, shard-1…
 
 ProgressCallback = Callable[..., None]
 """Told a job's counters as they move: ``progress(done=10, total=300, failed=1)``."""
@@ -125,24 +126,6 @@ class FetchJobParams:
             "delay": self.delay,
             **({"shards": self.shards} if self.shards > 1 else {}),
         }
-
-
-def shard_slices(count: int, shards: int) -> list[range]:
-    """The index ranges of the ``shards`` shards of a list of ``count`` URLs: contiguous, in
-    order, as even as can be (none empty: at most ``count`` of them)."""
-    shards = max(1, min(shards, count))
-    size, extra = divmod(count, shards)
-    slices, start = [], 0
-    for n in range(shards):
-        stop = start + size + (1 if n < extra else 0)
-        slices.append(range(start, stop))
-        start = stop
-    return slices
-
-
-def shard_key(n: int) -> str:
-    """The follow-up key of a sharded fetch job's ``n``-th shard."""
-    return f"shard-{n}"
 
 
 def _url_problem(url: object) -> str | None:
@@ -312,21 +295,16 @@ class FetchJobs:
             return await self.run(context.job.id, context.params, context.progress)
         urls = [u for u in context.params["urls"] if isinstance(u, str)]
         common = {k: v for k, v in checked.as_params().items() if k not in ("urls", "shards")}
-        parts = [
-            await context.submit(
-                FETCH_KIND, common | {"urls": urls[s.start : s.stop]}, key=shard_key(n)
-            )
-            for n, s in enumerate(shard_slices(len(urls), checked.shards))
-        ]
-        ended = await context.join(parts)
+        slices = even_slices(len(urls), checked.shards)
+        parts = [common | {"urls": urls[s.start : s.stop]} for s in slices]
+        ended = await run_parts(context, FETCH_KIND, parts, prefix=_SHARD)
         summary: dict[str, Any] = {"shards": [job.id for job in ended]}
         errors: dict[str, int] = {}
-        for n, job in enumerate(ended):
-            if job.state is not JobState.SUCCEEDED or job.result is None:
-                raise RuntimeError(f"shard {n} (job {job.id}) {job.state.value}: {job.error}")
+        for job in ended:
+            result = job.result or {}
             for name in ("urls", "stored", "duplicates", "skipped", "failed", "bytes"):
-                summary[name] = summary.get(name, 0) + int(job.result.get(name) or 0)
-            for error, count in (job.result.get("errors") or {}).items():
+                summary[name] = summary.get(name, 0) + int(result.get(name) or 0)
+            for error, count in (result.get("errors") or {}).items():
                 errors[error] = errors.get(error, 0) + int(count)
         summary["errors"] = errors
         context.progress(
@@ -381,11 +359,11 @@ class FetchJobs:
         self, job_id: str, urls: list[str], shards: int, active: bool, start: int, limit: int
     ) -> list[FetchItemOutcome]:
         found: list[FetchItemOutcome] = []
-        for n, shard in enumerate(shard_slices(len(urls), shards)):
+        slices = even_slices(len(urls), shards)
+        for part, shard in zip(part_ids(job_id, _SHARD, len(slices)), slices, strict=True):
             low, high = max(start, shard.start), min(start + limit, shard.stop)
             if low >= high:
                 continue
-            part = follow_up_id(job_id, shard_key(n))
             mine = await self.outcomes(
                 part,
                 {"urls": urls[shard.start : shard.stop]},

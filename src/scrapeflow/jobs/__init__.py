@@ -9,7 +9,9 @@
   extra);
 * :class:`Scheduler`: a :class:`DailySchedule` (cron and time zone) whose run submits one job
   per target, spread over a window, once a day across restarts;
-* job kinds are handlers registered by name (:data:`JobKinds`), never an import path.
+* job kinds are handlers registered by name (:data:`JobKinds`), never an import path; a
+  running job may queue follow-up jobs and wait for them (:meth:`JobContext.submit`,
+  :meth:`JobContext.join`; :func:`run_parts` splits a job into parts any worker may take).
 
 >>> from scrapeflow.jobs import JobState
 >>> JobState.CANCELLED.final
@@ -29,6 +31,7 @@ from scrapeflow.jobs._model import (
     follow_up_id,
     new_job_id,
 )
+from scrapeflow.jobs._parts import even_slices, part_ids, run_parts
 from scrapeflow.jobs._runner import EmbeddedJobQueue, JobContext, JobHandler, JobKinds, JobQueue
 from scrapeflow.jobs._schedule import DailySchedule
 from scrapeflow.jobs._scheduler import Scheduler, ScheduleRun
@@ -54,9 +57,12 @@ __all__ = [
     "ScheduleRun",
     "Scheduler",
     "SqlJobStore",
+    "even_slices",
     "follow_up_id",
     "jobs_table",
     "new_job_id",
+    "part_ids",
+    "run_parts",
 ]
 
 

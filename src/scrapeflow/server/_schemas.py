@@ -19,6 +19,7 @@ from pydantic import (
 )
 
 from scrapeflow.executors import (
+    MAX_RUN_BATCHES,
     MAX_RUN_DELAY,
     MAX_RUN_EXECUTORS,
     MAX_RUN_PARALLELISM,
@@ -286,6 +287,9 @@ class RunJobParamsIn(BaseModel):
     """Seconds between two requests to one host."""
     timeout: Annotated[float, Field(gt=0, le=MAX_RUN_TIMEOUT, allow_inf_nan=False)] | None = None
     """Seconds per task; the service's ``timeout`` when not given."""
+    batches: Annotated[int, Field(ge=1, le=MAX_RUN_BATCHES)] = 1
+    """Split the tasks into this many batches, each a job of its own that any worker may take
+    (the job waits for them, running those still queued itself)."""
 
 
 class FetchJobIn(BaseModel):

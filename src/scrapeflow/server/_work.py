@@ -11,13 +11,17 @@ from typing import TYPE_CHECKING, Any
 from sqlalchemy.ext.asyncio import AsyncEngine
 
 from scrapeflow.config import Settings
-from scrapeflow.jobs import JobContext, JobHandler, JobQueue
+from scrapeflow.jobs import JobContext, JobHandler, JobQueue, even_slices, part_ids, run_parts
 from scrapeflow.server._events import EventLog
 
 if TYPE_CHECKING:
     from scrapeflow.banking import BankJobEvent
+    from scrapeflow.executors import RunJobs
 
-__all__ = ["api_job_kinds", "chain_job_kinds", "job_kinds", "job_queue"]
+RUN_BATCH = "batch"
+"""The follow-up keys of a run job's batches: batch-0, batch-1…"""
+
+__all__ = ["api_job_kinds", "chain_job_kinds", "job_kinds", "job_queue", "run_batches"]
 
 
 def job_kinds(
@@ -65,9 +69,47 @@ def api_job_kinds(settings: Settings, engine: AsyncEngine | None = None) -> dict
         return await fetch_jobs.run_shards(context)
 
     async def run(context: JobContext) -> Mapping[str, Any]:
-        return await run_jobs.run(context.job.id, context.params, context.progress)
+        batches = context.params.get("batches", 1)
+        if not isinstance(batches, int) or isinstance(batches, bool) or batches <= 1:
+            return await run_jobs.run(context.job.id, context.params, context.progress)
+        return await _run_batches(run_jobs, context)
 
     return {FETCH_KIND: fetch, RUN_KIND: run}
+
+
+async def _run_batches(run_jobs: RunJobs, context: JobContext) -> dict[str, Any]:
+    """A ``run`` job of several ``batches``: each batch of its tasks a ``run`` job of its own
+    (any worker may take one), the job summing what they did."""
+    from scrapeflow.executors import RUN_KIND, RunJobParams
+
+    checked = RunJobParams.from_params(context.params, registry=run_jobs.registry)
+    whole = checked.as_params()
+    common = {k: v for k, v in whole.items() if k not in ("tasks", "batches")}
+    slices = even_slices(len(checked.tasks), checked.batches)
+    parts = [common | {"tasks": whole["tasks"][s.start : s.stop]} for s in slices]
+    ended = await run_parts(context, RUN_KIND, parts, prefix=RUN_BATCH)
+    summary: dict[str, Any] = {"batches": [job.id for job in ended]}
+    for name in ("tasks", "succeeded", "skipped", "failed"):
+        summary[name] = sum(int((job.result or {}).get(name) or 0) for job in ended)
+    summary["executors"] = list(checked.executors)
+    context.progress(
+        done=summary["tasks"],
+        total=summary["tasks"],
+        succeeded=summary["succeeded"],
+        skipped=summary["skipped"],
+        failed=summary["failed"],
+    )
+    return summary
+
+
+def run_batches(job_id: str, params: Mapping[str, Any]) -> list[tuple[str, range]]:
+    """The batches of a ``run`` job split into several: each one's job id and task indexes
+    (none for a job of one batch)."""
+    batches, tasks = params.get("batches", 1), params.get("tasks")
+    if not isinstance(batches, int) or batches <= 1 or not isinstance(tasks, list):
+        return []
+    slices = even_slices(len(tasks), batches)
+    return list(zip(part_ids(job_id, RUN_BATCH, len(slices)), slices, strict=True))
 
 
 def job_queue(

@@ -36,6 +36,7 @@ from scrapeflow.server._schemas import (
     RunJobIn,
     RunTaskOut,
 )
+from scrapeflow.server._work import run_batches
 
 __all__ = [
     "cancel_job",
@@ -240,7 +241,12 @@ async def job_results(
         # through its engine rather than opening one per page.
         run_jobs = RunJobs.from_settings(state.settings, engine=state.engine)
         ran = await run_jobs.outcomes(
-            job.id, job.params, active=active, start=start, limit=limit + 1
+            job.id,
+            job.params,
+            active=active,
+            start=start,
+            limit=limit + 1,
+            batches=run_batches(job.id, job.params),
         )
         items = [RunTaskOut.of(outcome) for outcome in ran]
     else:
