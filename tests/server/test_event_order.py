@@ -78,3 +78,24 @@ async def test_a_stream_hears_at_once_of_events_another_process_stored(pg_url: s
     finally:
         for engine in engines:
             await engine.dispose()
+
+
+async def test_closing_the_log_lands_the_events_told_before(db_url: str) -> None:
+    """A stop (the service's, a worker's) closes the log right after the last events were
+    told: they are stored, not dropped with the writer."""
+    engine = create_engine(db_url)
+    try:
+        log = EventLog(engine, outbox=slow_outbox)
+        await log.open()
+        told = [
+            asyncio.create_task(log.append("test.told", {"n": n}, customer="c1")) for n in range(20)
+        ]
+        await asyncio.sleep(0)  # they are queued, the writer has started
+        await log.close()
+        for task in told:
+            task.cancel()  # the callers gave up waiting: what they told stays told
+        await asyncio.gather(*told, return_exceptions=True)
+        stored = await EventLog(engine).after(0, customer="c1")
+    finally:
+        await engine.dispose()
+    assert [event.data["n"] for event in stored] == list(range(20))

@@ -108,6 +108,7 @@ class _NewEvent:
     at: datetime
 
 
+_CLOSE_WAIT = 10.0  # seconds a close waits for the events being stored
 _BATCH = 500
 """Events stored in one transaction at most."""
 _EVENT_WRITERS_LOCK = 0x5CF1E7E4
@@ -150,7 +151,14 @@ class EventLog:
             await self._notices.start()
 
     async def close(self) -> None:
-        """Stop listening (what :meth:`append` stores still goes through while it runs)."""
+        """Let the events being stored land (bounded), then stop listening."""
+        writer = self._writer
+        if writer is not None and not writer.done():
+            # Shielded and bounded: an event told before a stop is stored, not dropped with
+            # the loop; a database that does not answer does not hold the stop for long.
+            with contextlib.suppress(Exception):  # timed out, or the batch failed (logged)
+                async with asyncio.timeout(_CLOSE_WAIT):
+                    await asyncio.shield(writer)
         if self._notices is not None:
             await self._notices.stop()
             self._notices = None
