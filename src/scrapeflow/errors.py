@@ -32,6 +32,7 @@ The tree::
     ├── BankingError                        bank aggregation (``scrapeflow.banking``)
     │   ├── AccessFailed                    one access's scrape ended with a result code
     │   ├── RefreshInProgress               the customer is already being refreshed
+    │   ├── ResultsNotStored                a refresh could not store what it read: run it again
     │   ├── SessionExpired                  the bank ended the session: log in again, go on
     │   └── UnknownScraper (LookupError)    no scraper is registered under that bank code
     ├── StorageError                        the blob store cannot be used as asked
@@ -78,6 +79,7 @@ __all__ = [
     "ProxyError",
     "ProxyListUnavailable",
     "RefreshInProgress",
+    "ResultsNotStored",
     "RetryBudgetExhausted",
     "SandboxAdminError",
     "ScrapeError",
@@ -257,6 +259,12 @@ class AccessFailed(BankingError):
 
 class RefreshInProgress(BankingError):
     """The customer (or access) is already being refreshed; the watchdog frees a stuck one."""
+
+
+class ResultsNotStored(BankingError):
+    """A refresh (or one access's scrape) could not store what it read or how it ended (the
+    database went away mid-run): what is stored is not what the banks said, so it must run
+    again. Its ``__cause__`` is the first write that failed."""
 
 
 class SessionExpired(BankingError):

@@ -49,6 +49,7 @@ from types import TracebackType
 from typing import Any, TypeVar
 
 from sqlalchemy import ColumnElement, select
+from sqlalchemy.exc import DBAPIError
 from sqlalchemy.ext.asyncio import AsyncEngine, AsyncSession, async_sessionmaker
 
 from scrapeflow._util.logs import get_logger
@@ -88,8 +89,10 @@ from scrapeflow.banking._writer import SqlWriter, Writer
 from scrapeflow.db import create_engine, session_factory
 from scrapeflow.errors import (
     ConfigError,
+    FetchError,
     InputError,
     RefreshInProgress,
+    ResultsNotStored,
     UnknownScraper,
     VaultError,
 )
@@ -121,6 +124,16 @@ class _Launch:
     begun: set[int] = field(default_factory=set)
     """Ids of the claimed accesses whose scraper task began: each stores its own end. One whose
     task was cancelled before it began never runs a line of it, so the launch ends it."""
+    lost: list[BaseException] = field(default_factory=list)
+    """The launch's writes that failed (a batch, an access's end, the customer's): what is
+    stored is then not what the banks said, and the launch must run again."""
+
+    def check_stored(self, what: str) -> None:
+        """Raise :class:`ResultsNotStored` if a write of the launch failed."""
+        if self.lost:
+            raise ResultsNotStored(
+                f"{what} could not store all it read ({len(self.lost)} writes failed)"
+            ) from self.lost[0]
 
     @classmethod
     def open(
@@ -370,6 +383,7 @@ class Launcher:
                     results={a.access_id: a.code.value for a in report.accesses},
                 )
                 launch.log.close()
+        launch.check_stored(f"the refresh of {external_id}")
         code = ResultCode.SUCCESS if report.ok else ResultCode.UNKNOWN
         await self._emit(None, launch.event(EventKind.LAUNCH_FINISHED, result_code=code))
         return report
@@ -459,9 +473,13 @@ class Launcher:
             yield spread
         finally:
             try:
-                await asyncio.shield(self._finish_customer(customer_id))
+                failed = await asyncio.shield(self._finish_customer(customer_id))
             finally:
                 self._held_customers.discard(customer_id)
+        if failed is not None:
+            raise ResultsNotStored(
+                f"the refresh of {external_id} could not mark it all updated: run it again"
+            ) from failed
         code = ResultCode.SUCCESS if spread.ok else ResultCode.UNKNOWN
         await self._emit(None, spread.event(EventKind.LAUNCH_FINISHED, result_code=code))
 
@@ -522,11 +540,13 @@ class Launcher:
                 raise RefreshInProgress(f"access {access_id} is already being scraped")
             self._held.add(access_id)
             try:
-                return await self._run_access(job, launch)
+                report = await self._run_access(job, launch)
             finally:
                 self._held.discard(access_id)
         finally:
             launch.log.close()
+        launch.check_stored(f"the scrape of access {access_id}")
+        return report
 
     # -- steps ------------------------------------------------------------------------------
 
@@ -600,6 +620,8 @@ class Launcher:
             raise
         except Exception as exc:
             report.code, report.detail = result_for(exc)
+            if _write_failed(exc):  # the database, not the bank: what was read is not stored
+                launch.lost.append(exc)
             if isinstance(exc, UnknownScraper | VaultError):
                 report.detail = str(exc)
             if report.code is ResultCode.UNKNOWN:
@@ -679,7 +701,8 @@ class Launcher:
                     session_state=token,
                 )
             )
-        except Exception as exc:  # the watchdog will free it; the report still goes out
+        except Exception as exc:  # the launch runs again (or the watchdog frees it)
+            launch.lost.append(exc)
             _log.error(
                 "could not store an access's result", access_id=job.access_id, error=repr(exc)
             )
@@ -704,15 +727,20 @@ class Launcher:
         for job in stranded:
             stopped = AccessReport(job.access_id, job.bank, ResultCode.TIMEOUT, _STOPPED)
             await self._finish_access(job, stopped, None, launch)
-        await self._finish_customer(customer_id)
+        failed = await self._finish_customer(customer_id)
+        if failed is not None:
+            launch.lost.append(failed)
 
-    async def _finish_customer(self, customer_id: int) -> None:
+    async def _finish_customer(self, customer_id: int) -> BaseException | None:
+        """Mark the customer all updated; the error when that could not be stored."""
         try:
             await self._write(lambda session: finish_customer(session, customer_id))
-        except Exception as exc:  # the watchdog will free it
+            return None
+        except Exception as exc:  # the launch runs again (or the watchdog frees it)
             _log.error(
                 "could not mark a customer updated", customer_id=customer_id, error=repr(exc)
             )
+            return exc
 
     async def _emit(self, log: LaunchLog | None, event: LaunchEvent) -> None:
         if log is not None:
@@ -725,3 +753,14 @@ class Launcher:
                 await result
         except Exception as exc:  # a broken listener must not fail a scrape
             _log.warning("event listener failed", error=repr(exc))
+
+
+def _write_failed(exc: BaseException) -> bool:
+    """Whether a scrape stopped because a write to the database failed (its connection went
+    away, a statement failed), not because of the bank (whose connection errors are
+    :class:`~scrapeflow.errors.FetchError`)."""
+    if isinstance(exc, BaseExceptionGroup):
+        return any(_write_failed(inner) for inner in exc.exceptions)
+    return isinstance(exc, DBAPIError) or (
+        isinstance(exc, ConnectionError) and not isinstance(exc, FetchError)
+    )

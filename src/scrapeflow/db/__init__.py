@@ -16,7 +16,7 @@ the rest by :func:`unusable_reason`; :func:`database_errors` turns it into a ``C
 from __future__ import annotations
 
 from scrapeflow.db._engine import DEFAULT_URL, create_engine, session_factory, sqlite_file
-from scrapeflow.db._errors import database_errors, unusable_reason
+from scrapeflow.db._errors import connection_lost, database_errors, unusable_reason
 from scrapeflow.db._migrate import alembic_config, head_revision, migrate
 from scrapeflow.db._types import Money, UTCDateTime
 from scrapeflow.db._upsert import portable_statements, upsert
@@ -26,6 +26,7 @@ __all__ = [
     "Money",
     "UTCDateTime",
     "alembic_config",
+    "connection_lost",
     "create_engine",
     "database_errors",
     "head_revision",

@@ -65,6 +65,11 @@ def create_engine(url: str = DEFAULT_URL, **kwargs: Any) -> AsyncEngine:
         size, overflow = (_POOL_SIZE, _POOL_OVERFLOW) if backend == "sqlite" else _SERVER_POOL
         kwargs.setdefault("pool_size", size)
         kwargs.setdefault("max_overflow", overflow)
+    if backend != "sqlite":
+        # A restarted server (or a connection the network cut) leaves the pool's idle
+        # connections dead: handed out unchecked, each would fail its next request once (a
+        # 500). A ping at checkout finds a dead one and opens a new one in its place.
+        kwargs.setdefault("pool_pre_ping", True)
     try:
         engine = _create_async_engine(parsed, **kwargs)
     except Exception as exc:  # unknown dialect, missing or sync-only driver

@@ -8,15 +8,16 @@ are bad configuration, like a wrong URL: :func:`database_errors` turns them into
 
 from __future__ import annotations
 
+import sys
 from collections.abc import Iterator
 from contextlib import contextmanager
 
 from sqlalchemy.engine import make_url
 from sqlalchemy.exc import ArgumentError, DBAPIError
 
-from scrapeflow.errors import ConfigError
+from scrapeflow.errors import ConfigError, FetchError
 
-__all__ = ["database_errors", "shown_url", "unusable_reason"]
+__all__ = ["connection_lost", "database_errors", "shown_url", "unusable_reason"]
 
 # SQLite's primary result codes (extended codes start with them: SQLITE_READONLY_DBMOVED…).
 _SQLITE = {
@@ -35,6 +36,43 @@ _SQLSTATES = {
     "28000": "refuses access",  # invalid_authorization_specification
     "28P01": "refuses access",  # invalid_password
 }
+
+
+# SQLSTATEs of a server going away: class 08 (connection exception), and admin_shutdown,
+# crash_shutdown, cannot_connect_now (a server stopping, restarting or starting up).
+_LOST_SQLSTATES = ("08", "57P01", "57P02", "57P03")
+
+
+def connection_lost(exc: BaseException) -> bool:
+    """Whether ``exc``, or what caused it (``raise … from``), is the database going away (a
+    connection refused, cut or closed; the server shutting down or starting up), rather than
+    an error of the statement: trying again later may work. A fetch's connection error (a
+    bank's, a site's: :class:`~scrapeflow.errors.FetchError`) is not the database's."""
+    psycopg = sys.modules.get("psycopg")  # loaded where procrastinate is
+    seen: set[int] = set()
+    pending = [exc]
+    while pending:
+        current = pending.pop()
+        if id(current) in seen or isinstance(current, FetchError):
+            continue
+        seen.add(id(current))
+        if isinstance(current, BaseExceptionGroup):
+            pending.extend(current.exceptions)
+        sqlstate = getattr(current, "sqlstate", None)
+        if (
+            (isinstance(current, DBAPIError) and current.connection_invalidated)
+            or isinstance(current, ConnectionError)
+            or (isinstance(sqlstate, str) and sqlstate.startswith(_LOST_SQLSTATES))
+            or (
+                psycopg is not None
+                and isinstance(current, psycopg.OperationalError)
+                and sqlstate is None
+            )
+        ):
+            return True
+        if current.__cause__ is not None:
+            pending.append(current.__cause__)
+    return False
 
 
 def unusable_reason(exc: BaseException) -> str | None:

@@ -17,14 +17,13 @@ from procrastinate import jobs
 from procrastinate.manager import JobManager
 from procrastinate.retry import BaseRetryStrategy, RetryDecision
 from procrastinate.schema import SchemaManager
-from psycopg import OperationalError as PsycopgOperationalError
 from psycopg.conninfo import make_conninfo
 from sqlalchemy import text
 from sqlalchemy.engine import make_url
-from sqlalchemy.exc import DBAPIError
 from sqlalchemy.ext.asyncio import AsyncEngine
 
-from scrapeflow.errors import ConfigError, FetchError
+from scrapeflow.db import connection_lost
+from scrapeflow.errors import ConfigError
 
 __all__: list[str] = []
 
@@ -54,36 +53,8 @@ class RetryReleased(BaseRetryStrategy):
         return None
 
 
-# SQLSTATEs of a server going away: class 08 (connection exception), and admin_shutdown,
-# crash_shutdown, cannot_connect_now (a server stopping, restarting or starting up).
-_LOST_SQLSTATES = ("08", "57P01", "57P02", "57P03")
-
-
-def database_lost(exc: BaseException) -> bool:
-    """Whether ``exc``, or what caused it, is the database going away under a run (a
-    connection refused, cut or closed; the server shutting down or starting up), rather than
-    the job's own failure: such a run is run again. An error of a fetch (a bank or site
-    connection, :class:`~scrapeflow.errors.FetchError`) is the job's own."""
-    seen: set[int] = set()
-    pending = [exc]
-    while pending:
-        current = pending.pop()
-        if id(current) in seen or isinstance(current, FetchError):
-            continue
-        seen.add(id(current))
-        if isinstance(current, BaseExceptionGroup):
-            pending.extend(current.exceptions)
-        sqlstate = getattr(current, "sqlstate", None)
-        if (
-            (isinstance(current, DBAPIError) and current.connection_invalidated)
-            or isinstance(current, ConnectionError)
-            or (isinstance(sqlstate, str) and sqlstate.startswith(_LOST_SQLSTATES))
-            or (isinstance(current, PsycopgOperationalError) and sqlstate is None)
-        ):
-            return True
-        if current.__cause__ is not None:  # raise … from: a wrapper (SQLAlchemy's, ours)
-            pending.append(current.__cause__)
-    return False
+database_lost = connection_lost
+"""Whether a run's error is the database going away: such a run is run again."""
 
 
 def dispatch_lock(job_id: str) -> str:

@@ -8,8 +8,10 @@ from typing import Any
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
+from sqlalchemy.exc import DBAPIError
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
+from scrapeflow.db import connection_lost
 from scrapeflow.errors import (
     ConfigError,
     InputError,
@@ -72,6 +74,21 @@ def install_problem_handlers(app: FastAPI) -> None:
             exc.status_code, "http-error"
         )
         return problem_response(exc.status_code, kind, str(exc.detail), dict(exc.headers or {}))
+
+    async def _database_away(request: Request, exc: Exception) -> JSONResponse:
+        # The database restarting or out of reach: the client may try again shortly. Any
+        # other database error is a bug, and stays a 500.
+        if not connection_lost(exc):
+            raise exc
+        return problem_response(
+            503,
+            "database-unavailable",
+            "the database cannot be reached right now; try again shortly",
+            {"Retry-After": "5"},
+        )
+
+    app.add_exception_handler(DBAPIError, _database_away)
+    app.add_exception_handler(ConnectionError, _database_away)
 
     @app.exception_handler(ScrapeflowError)
     async def _ours(request: Request, exc: ScrapeflowError) -> JSONResponse:
