@@ -132,33 +132,35 @@ def _until(what: str, check: Any, *, also: Any = None, seconds: float = BOUND) -
     raise AssertionError(f"{what}: not after {seconds} s (last seen: {last!r})")
 
 
-class Supervisor:
-    """``scrapeflow worker`` processes, each started again when it exits, as systemd
-    (``Restart=on-failure``) or Kubernetes would: our design is that a worker whose
-    procrastinate worker cannot ride out a database outage exits with code 1 for that."""
+class Workers:
+    """``scrapeflow worker`` processes that must live through the outage: a worker whose job
+    worker lost the database starts it again by itself once the database answers."""
 
     def __init__(self, env: dict[str, str], logs: Path, count: int) -> None:
-        self.env = env
         self.logs = logs
-        self.workers = [self._start(i) for i in range(count)]
-        self.restarts: list[int] = []
-        """The workers started again, in order."""
-
-    def _start(self, i: int) -> subprocess.Popen[str]:
-        log = self.logs / f"worker-{i}.log"
-        return _start("worker --concurrency 2", self.env, log, ready="worker taking jobs")[0]
+        self.workers = [
+            _start(
+                "worker --concurrency 2",
+                env,
+                logs / f"worker-{i}.log",
+                ready="worker taking jobs",
+            )[0]
+            for i in range(count)
+        ]
 
     def check(self) -> None:
-        """Start again each worker that exited (with code 1: any other code fails the test)."""
+        """Fail, with its log, if a worker has exited."""
         for i, worker in enumerate(self.workers):
             code = worker.poll()
-            if code is None:
-                continue
             log = self.logs / f"worker-{i}.log"
-            assert code == 1, f"worker {i} exited {code}: {log.read_text()[-3000:]}"
-            _stop(worker)
-            self.workers[i] = self._start(i)
-            self.restarts.append(i)
+            assert code is None, f"worker {i} exited {code}: {log.read_text()[-3000:]}"
+
+    def taken_again(self) -> int:
+        """How many workers said they were taking jobs again after losing the database."""
+        return sum(
+            "taking jobs again" in (self.logs / f"worker-{i}.log").read_text()
+            for i in range(len(self.workers))
+        )
 
     def stop(self) -> list[int]:
         """SIGTERM every worker; their exit codes."""
@@ -199,14 +201,12 @@ def test_a_postgresql_restart_mid_run_loses_and_doubles_nothing(
 ) -> None:
     """Refreshes of four customers on two workers; PostgreSQL stops mid-run and starts 2 s
     later. Every refresh ends succeeded (run again if the outage cut it), every customer is
-    all updated with the banks' data, once; the service answers; a new refresh works.
-
-    A worker whose procrastinate worker cannot ride the outage out exits 1 (our design: its
-    supervisor starts it again); the test starts it again, as that supervisor would."""
+    all updated with the banks' data, once; the service answers; a new refresh works. No
+    worker exits: each starts its job worker again once the database answers."""
     service = distributed_on_own_pg
     for bank in BANKS:  # slow banks: the refreshes are still running when the database stops
         sandbox.sites[bank].guard.latency_ms = (300.0, 500.0)
-    supervisor = Supervisor(service.env, tmp_path, count=2)
+    workers = Workers(service.env, tmp_path, count=2)
     try:
         with service.client("read", "refresh") as client:
             jobs = {}
@@ -238,7 +238,7 @@ def test_a_postgresql_restart_mid_run_loses_and_doubles_nothing(
                 ended = _until(
                     f"the refresh of cust-{n} ended",
                     lambda j=job_id: _job_ended(client, j),
-                    also=supervisor.check,
+                    also=workers.check,
                 )
                 assert ended["state"] == "succeeded", ended
             for n in CUSTOMERS:
@@ -253,14 +253,15 @@ def test_a_postgresql_restart_mid_run_loses_and_doubles_nothing(
             ended = _until(
                 "the refresh after the restart ended",
                 lambda: _job_ended(client, again.json()["id"]),
-                also=supervisor.check,
+                also=workers.check,
             )
             assert ended["state"] == "succeeded", ended
             _assert_rows_match_the_banks(client, sandbox, 1)
     finally:
-        codes = supervisor.stop()
-    # Whether a worker rode the outage out or was started again, each stops cleanly now.
-    assert codes == [0, 0], f"exit codes {codes}; started again: {supervisor.restarts}"
+        taken_again = workers.taken_again()
+        codes = workers.stop()
+    assert codes == [0, 0]
+    assert taken_again >= 1  # the outage did stop a job worker, and it came back by itself
 
 
 def test_the_first_requests_after_a_quick_restart_are_answered(

@@ -4,18 +4,28 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import signal
 from contextlib import nullcontext
 from typing import TYPE_CHECKING, Annotated
 
 import typer
 
+from scrapeflow._util.logs import get_logger
+from scrapeflow._util.redact import redact
 from scrapeflow.cli._common import fail, input_errors, out, settings
 
 if TYPE_CHECKING:
+    from sqlalchemy.ext.asyncio import AsyncEngine
+
     from scrapeflow.config import Settings
+    from scrapeflow.server._events import EventLog
 
 __all__ = ["worker"]
+
+_log = get_logger(__name__)
+_FIRST_PAUSE = 1.0
+_MOST_PAUSE = 30.0
 
 
 def worker(
@@ -34,7 +44,8 @@ def worker(
 
     Needs ``jobs_backend = "procrastinate"`` and the service's PostgreSQL ``db_url`` (and the
     same vault key, banks and stores: a job may run on any worker). At SIGTERM it takes no new
-    job; running ones get 10 s, then go back to the queue for another worker. Like the
+    job; running ones get 10 s, then go back to the queue for another worker. A database that
+    goes away stops its job worker: it starts it again once the database answers. Like the
     service, it keeps the daily schedule: the day's run is planned and each customer's refresh
     queued once, whichever of them looks first, so the run happens while any of them is up.
     """
@@ -47,18 +58,17 @@ def worker(
             f"{config.variable('jobs_backend')}=procrastinate (and a PostgreSQL db_url)"
         )
     with input_errors():
-        stopped = asyncio.run(_work(config))
-    if not stopped:
-        fail("the worker stopped by itself (see the log above)", code=1)
+        asyncio.run(_work(config))
 
 
-async def _work(config: Settings) -> bool:
+async def _work(config: Settings) -> None:
+    """Take jobs until SIGTERM or SIGINT. When the job worker stops by itself (the database
+    went away: procrastinate's worker does not ride an outage out), start it again, waiting
+    1, 2, 4… (at most 30) seconds between tries, until the database answers again."""
     from scrapeflow.banking import migrate
-    from scrapeflow.db import create_engine, session_factory
-    from scrapeflow.server._daily import daily_refresh
+    from scrapeflow.db import create_engine
     from scrapeflow.server._events import EventLog
     from scrapeflow.server._webhooks import Webhooks
-    from scrapeflow.server._work import job_queue
 
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
@@ -69,24 +79,52 @@ async def _work(config: Settings) -> bool:
     try:
         webhooks = Webhooks(engine)  # what an event calls for is written with it, here too
         await webhooks.open()
-        events = EventLog(engine, outbox=webhooks.enqueue)
-        async with (
-            events,
-            job_queue(config, events, engine, run_jobs=True) as queue,
-            # The daily run too: planned once a day whichever process (the service, a worker)
-            # looks first, each customer's slot submitted by one of them.
-            daily_refresh(config, engine, session_factory(engine), queue) or nullcontext(),
-        ):
+        pause, first = _FIRST_PAUSE, True
+        async with EventLog(engine, outbox=webhooks.enqueue) as events:
+            while not stop.is_set():
+                try:
+                    ran = await _take_jobs(config, engine, events, stop, announce=first)
+                except Exception as exc:  # could not start: the database is still away
+                    _log.warning("the job worker could not start", error=redact(repr(exc)))
+                    ran = False
+                if stop.is_set():
+                    return
+                first = False if ran else first
+                pause = _FIRST_PAUSE if ran else min(pause * 2, _MOST_PAUSE)
+                _log.warning("the job worker stopped: starting it again", seconds=pause)
+                with contextlib.suppress(TimeoutError):
+                    async with asyncio.timeout(pause):
+                        await stop.wait()
+    finally:
+        await engine.dispose()
+
+
+async def _take_jobs(
+    config: Settings, engine: AsyncEngine, events: EventLog, stop: asyncio.Event, *, announce: bool
+) -> bool:
+    """Run the job queue (and the daily schedule) until ``stop``, or until the queue's worker
+    ends by itself; True once it was taking jobs."""
+    from scrapeflow.db import session_factory
+    from scrapeflow.server._daily import daily_refresh
+    from scrapeflow.server._work import job_queue
+
+    async with (
+        job_queue(config, events, engine, run_jobs=True) as queue,
+        # The daily run too: planned once a day whichever process (the service, a worker)
+        # looks first, each customer's slot submitted by one of them.
+        daily_refresh(config, engine, session_factory(engine), queue) or nullcontext(),
+    ):
+        if announce:
             out.print(
                 f"worker taking jobs ({config.job_concurrency} at once)",
                 highlight=False,
                 soft_wrap=True,
             )
-            asked = asyncio.ensure_future(stop.wait())
-            running = getattr(queue, "worker", None)
-            waited = {asked} if running is None else {asked, running}
-            await asyncio.wait(waited, return_when=asyncio.FIRST_COMPLETED)
-            asked.cancel()
-            return stop.is_set()
-    finally:
-        await engine.dispose()
+        else:
+            _log.warning("the job worker is taking jobs again")
+        asked = asyncio.ensure_future(stop.wait())
+        running = getattr(queue, "worker", None)
+        waited = {asked} if running is None else {asked, running}
+        await asyncio.wait(waited, return_when=asyncio.FIRST_COMPLETED)
+        asked.cancel()
+    return True
