@@ -38,14 +38,13 @@ from sqlalchemy import (
     and_,
     inspect,
     select,
-    text,
 )
 from sqlalchemy.engine import make_url
 from sqlalchemy.exc import ArgumentError, DBAPIError, SQLAlchemyError
 from sqlalchemy.ext.asyncio import AsyncEngine
 from sqlalchemy.types import Unicode
 
-from scrapeflow.db import UTCDateTime, create_engine, unusable_reason, upsert
+from scrapeflow.db import UTCDateTime, create_engine, create_tables, unusable_reason, upsert
 from scrapeflow.errors import InputError, StatusCorrupt, StatusError
 from scrapeflow.status import StatusData, check_key, dump_status, parse_status
 
@@ -66,7 +65,6 @@ _TABLE = Table(
     Column("updated_at", UTCDateTime, nullable=False),
 )
 # Two processes preparing one PostgreSQL database at once: one creates, the other waits.
-_CREATE_LOCK = 0x5CF_7A5C  # an arbitrary advisory lock id, the same in every process
 _IN_CHUNK = 500  # keys per "IN (...)" in load_many: well under every driver's parameter limit
 # A store's own engine: a save is a millisecond on a LAN, so 5 connections serve thousands a
 # second, and many stores (one per running job) stay far below PostgreSQL's 100 connections.
@@ -129,10 +127,7 @@ class SqlStatusStore:
             # There already (the usual case, and every results page of a job): no lock taken.
             if await connection.run_sync(lambda sync: inspect(sync).has_table(STATUS_TABLE)):
                 return
-        async with self.engine.begin() as connection:
-            if connection.dialect.name == "postgresql":
-                await connection.execute(text(f"SELECT pg_advisory_xact_lock({_CREATE_LOCK})"))
-            await connection.run_sync(_METADATA.create_all, tables=[_TABLE], checkfirst=True)
+        await create_tables(self.engine, _METADATA, [_TABLE])
 
     async def load(self, key: str) -> StatusData | None:
         with self._errors("read"):

@@ -18,6 +18,7 @@ from __future__ import annotations
 from scrapeflow.db._engine import DEFAULT_URL, create_engine, session_factory, sqlite_file
 from scrapeflow.db._errors import connection_lost, database_errors, unusable_reason
 from scrapeflow.db._migrate import alembic_config, head_revision, migrate
+from scrapeflow.db._tables import create_tables
 from scrapeflow.db._types import Money, UTCDateTime
 from scrapeflow.db._upsert import portable_statements, upsert
 
@@ -28,6 +29,7 @@ __all__ = [
     "alembic_config",
     "connection_lost",
     "create_engine",
+    "create_tables",
     "database_errors",
     "head_revision",
     "migrate",

@@ -51,7 +51,7 @@ from sqlalchemy.sql.elements import ColumnElement
 
 from scrapeflow._util.logs import get_logger
 from scrapeflow._util.tasks import stop_task
-from scrapeflow.db import UTCDateTime
+from scrapeflow.db import UTCDateTime, create_tables
 from scrapeflow.jobs._schedule import DailySchedule
 
 __all__ = [
@@ -157,8 +157,7 @@ class Scheduler:
 
     async def open(self) -> None:
         """Create the schedule's tables when missing."""
-        async with self.engine.begin() as connection:
-            await connection.run_sync(metadata.create_all, checkfirst=True)
+        await create_tables(self.engine, metadata)
 
     async def __aenter__(self) -> Scheduler:
         await self.open()

@@ -35,7 +35,7 @@ from sqlalchemy import (
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.ext.asyncio import AsyncEngine
 
-from scrapeflow.db import UTCDateTime, create_engine
+from scrapeflow.db import UTCDateTime, create_engine, create_tables
 from scrapeflow.jobs._model import ACTIVE_STATES, Job, JobState, JobTally
 
 __all__ = ["JobStore", "SqlJobStore", "jobs_table"]
@@ -159,8 +159,7 @@ class SqlJobStore:
     async def open(self) -> None:
         if self._engine is None:
             self._engine = create_engine(self.db_url)
-        async with self.engine.begin() as connection:
-            await connection.run_sync(metadata.create_all, checkfirst=True)
+        await create_tables(self.engine, metadata)
 
     async def close(self) -> None:
         if self._owns_engine and self._engine is not None:

@@ -23,7 +23,7 @@ from datetime import UTC, datetime
 from sqlalchemy import JSON, Boolean, Column, MetaData, String, Table, insert, select
 from sqlalchemy.ext.asyncio import AsyncEngine
 
-from scrapeflow.db import UTCDateTime
+from scrapeflow.db import UTCDateTime, create_tables
 from scrapeflow.errors import InputError
 
 __all__ = ["ApiKey", "Scope", "create_key", "find_key", "keys_table", "open_keys"]
@@ -69,8 +69,7 @@ class ApiKey:
 
 async def open_keys(engine: AsyncEngine) -> None:
     """Create the keys table when it is missing; idempotent."""
-    async with engine.begin() as connection:
-        await connection.run_sync(metadata.create_all, checkfirst=True)
+    await create_tables(engine, metadata)
 
 
 async def create_key(

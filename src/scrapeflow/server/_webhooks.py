@@ -48,7 +48,7 @@ from sqlalchemy import (
 )
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
-from scrapeflow.db import UTCDateTime
+from scrapeflow.db import UTCDateTime, create_tables
 from scrapeflow.server._events import EVENT_KINDS, Event
 from scrapeflow.server._keys import ApiKey, keys_table
 
@@ -223,8 +223,7 @@ class Webhooks:
 
     async def open(self) -> None:
         """Create the tables when they are missing; idempotent."""
-        async with self.engine.begin() as connection:
-            await connection.run_sync(metadata.create_all, checkfirst=True)
+        await create_tables(self.engine, metadata)
 
     async def create(
         self, key: ApiKey, url: str, events: Sequence[str], vault: CredentialVault
