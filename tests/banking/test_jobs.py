@@ -1,10 +1,17 @@
 """Bank work as jobs: ``bank.refresh`` (one customer or several) and its events and reports, the
-launcher the jobs of a process share, and the watchdog as the queue's sweep plus the row reset."""
+launcher the jobs of a process share, and the watchdog as the queue's sweep plus the row reset.
+
+The jobs run on each job backend (``job_backend``): the embedded queue over SQLite, and the
+procrastinate queue over PostgreSQL with its worker in this process. The watchdog's test is
+about the embedded queue's own sweep (procrastinate's workers sweep by themselves, see
+``tests/jobs/test_procrastinate.py``): it runs on the embedded queue, over each database.
+"""
 
 from __future__ import annotations
 
 import asyncio
 import json
+from collections.abc import AsyncIterator
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
@@ -31,23 +38,60 @@ from scrapeflow.banking import (
 from scrapeflow.config import Settings
 from scrapeflow.db import create_engine, session_factory
 from scrapeflow.errors import ConfigError
-from scrapeflow.jobs import EmbeddedJobQueue, JobContext, JobState, SqlJobStore
+from scrapeflow.jobs import (
+    EmbeddedJobQueue,
+    JobContext,
+    JobState,
+    ProcrastinateJobQueue,
+    SqlJobStore,
+)
 from scrapeflow.sandbox import Sandbox
+from tests._databases import _pg_database
 from tests._servers import add_sandbox_customers
 
 KEY = CredentialVault.generate_key()
 
 
+JOB_BACKENDS = ("embedded", "procrastinate")
+
+# Seconds: short, so that a test waits little for what the queue does on a schedule.
+EMBEDDED_TIMINGS = {"heartbeat": 0.2, "poll": 0.05}
+PROCRASTINATE_TIMINGS = {"heartbeat": 0.5, "sweep_every": 1, "poll": 0.5, "grace": 2.0}
+
+
+@pytest.fixture(params=JOB_BACKENDS)
+def job_backend(request: pytest.FixtureRequest) -> str:
+    """Each job backend: ``embedded`` (over SQLite) and ``procrastinate`` (over PostgreSQL)."""
+    backend: str = request.param
+    return backend
+
+
+@pytest.fixture
+async def bank_db_url(job_backend: str, request: pytest.FixtureRequest) -> AsyncIterator[str]:
+    """A database with the bank schema at head, for ``job_backend``: SQLite for the embedded
+    queue, PostgreSQL for procrastinate's (it runs on PostgreSQL only)."""
+    if job_backend == "embedded":
+        yield request.getfixturevalue("sqlite_url")
+        return
+    async with _pg_database(template=request.getfixturevalue("pg_template")) as url:
+        yield url
+
+
 @pytest.fixture
 def settings(
-    sqlite_url: str, sandbox: Sandbox, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    job_backend: str,
+    bank_db_url: str,
+    sandbox: Sandbox,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
 ) -> Settings:
     manifest = tmp_path / "sandbox.json"
     manifest.write_text(json.dumps(sandbox.manifest()))
     monkeypatch.setenv("SCRAPEFLOW_VAULT_KEYS", KEY)
     return Settings.load(
         flags={
-            "db_url": sqlite_url,
+            "db_url": bank_db_url,
+            "jobs_backend": job_backend,
             "sandbox_manifest": manifest,
             "log_dir": tmp_path / "logs",
             "heartbeat": 0.3,
@@ -63,13 +107,20 @@ async def add_customers(
 
 def bank_queue(
     settings: Settings, events: list[BankJobEvent], **options: object
-) -> EmbeddedJobQueue:
+) -> EmbeddedJobQueue | ProcrastinateJobQueue:
+    """A queue with the bank job kinds, on the backend ``settings.jobs_backend`` names (its
+    jobs run in this process); ``options``: the queue's own (``concurrency``, ``run_jobs``)."""
+    kinds = bank_job_kinds(settings, on_event=events.append)
+    if settings.jobs_backend == "procrastinate":
+        return ProcrastinateJobQueue(
+            settings.db_url,
+            kinds,
+            **{**PROCRASTINATE_TIMINGS, **options},  # type: ignore[arg-type]
+        )
     return EmbeddedJobQueue(
         SqlJobStore(settings.db_url),
-        bank_job_kinds(settings, on_event=events.append),
-        heartbeat=0.2,
-        poll=0.05,
-        **options,  # type: ignore[arg-type]
+        kinds,
+        **{**EMBEDDED_TIMINGS, **options},  # type: ignore[arg-type]
     )
 
 

@@ -2,33 +2,103 @@
 database's jobs table, deduplicated per customer with the service's, run by the command itself.
 
 The "service" here is a job queue in the test process with the bank job kinds, on the CLI's
-database: what ``scrapeflow serve`` runs, without its HTTP half.
+database: what ``scrapeflow serve`` runs, without its HTTP half. Where the command meets the
+service's jobs, the service is on each job backend (``job_backend``): embedded over SQLite, or
+procrastinate over PostgreSQL (its worker in the test process), the command's own queue then
+sharing the jobs table with procrastinate's workers. What only the command's own queue does
+(the service's queued jobs left alone, Ctrl-C, kill -9) is tested once, over SQLite.
 """
 
 from __future__ import annotations
 
 import asyncio
+import json
 import signal
 import subprocess
 import time
+from collections.abc import Mapping
 from datetime import timedelta
 from pathlib import Path
+from typing import Any
 
 import pytest
+from sqlalchemy import text
 
 from scrapeflow.banking import BANK_REFRESH, bank_job_kinds, refresh_key
 from scrapeflow.config import Settings
-from scrapeflow.jobs import EmbeddedJobQueue, JobContext, JobState, SqlJobStore
+from scrapeflow.db import create_engine
+from scrapeflow.jobs import (
+    EmbeddedJobQueue,
+    JobContext,
+    JobHandler,
+    JobState,
+    ProcrastinateJobQueue,
+    SqlJobStore,
+)
 from scrapeflow.sandbox import Sandbox
 from tests.banking import _harness as h
 from tests.banking.test_bank_cli import BANKS, Cli, add_customer_with_accesses, jobs_in
 
+JOB_BACKENDS = ("embedded", "procrastinate")
+# Seconds: short, so that the service's queue wastes little of a test on its schedules.
+PROCRASTINATE_TIMINGS: dict[str, Any] = {"sweep_every": 1, "poll": 0.5, "grace": 2.0}
+
+
+@pytest.fixture(params=JOB_BACKENDS)
+def job_backend(request: pytest.FixtureRequest) -> str:
+    """The service's job backend: ``embedded`` (over SQLite) or ``procrastinate`` (over
+    PostgreSQL: the command's database then is that PostgreSQL database too)."""
+    backend: str = request.param
+    return backend
+
+
+@pytest.fixture
+def cli(request: pytest.FixtureRequest, tmp_path: Path, sandbox: Sandbox, job_backend: str) -> Cli:
+    """The command line, on the database of a service on ``job_backend``: its own SQLite file,
+    or a fresh PostgreSQL database, with the service's setting ``jobs_backend`` (the command
+    embeds its own queue either way)."""
+    cli = Cli(tmp_path, sandbox)
+    if job_backend == "procrastinate":
+        cli.env["SCRAPEFLOW_DB_URL"] = request.getfixturevalue("pg_url")
+        cli.env["SCRAPEFLOW_JOBS_BACKEND"] = job_backend
+    return cli
+
 
 def service_settings(cli: Cli, monkeypatch: pytest.MonkeyPatch) -> Settings:
-    """The settings the CLI's environment gives (its database, vault key, sandbox, logs)."""
+    """The settings the CLI's environment gives (its database, vault key, sandbox, logs, job
+    backend)."""
     for name in ("SCRAPEFLOW_VAULT_KEYS", "SCRAPEFLOW_DB_URL", "SCRAPEFLOW_LOG_DIR"):
         monkeypatch.setenv(name, cli.env[name])
+    if "SCRAPEFLOW_JOBS_BACKEND" in cli.env:
+        monkeypatch.setenv("SCRAPEFLOW_JOBS_BACKEND", cli.env["SCRAPEFLOW_JOBS_BACKEND"])
     return Settings.load(flags={"sandbox_manifest": cli.manifest})
+
+
+def service_queue(
+    settings: Settings, kinds: Mapping[str, JobHandler], **options: Any
+) -> EmbeddedJobQueue | ProcrastinateJobQueue:
+    """The service's queue on its settings' database and job backend (its jobs run here)."""
+    if settings.jobs_backend == "procrastinate":
+        return ProcrastinateJobQueue(settings.db_url, kinds, **{**PROCRASTINATE_TIMINGS, **options})
+    return EmbeddedJobQueue(SqlJobStore(settings.db_url), kinds, **options)
+
+
+async def jobs_of(cli: Cli) -> list[dict[str, Any]]:
+    """The jobs table of the CLI's database, oldest first (``jobs_in``, on either database)."""
+    db_url = cli.env["SCRAPEFLOW_DB_URL"]
+    if db_url.startswith("sqlite"):
+        return jobs_in(cli)
+    engine = create_engine(db_url)
+    try:
+        async with engine.connect() as connection:
+            rows = await connection.execute(text("SELECT * FROM scrapeflow_jobs ORDER BY id"))
+            found = [dict(row) for row in rows.mappings()]
+    finally:
+        await engine.dispose()
+    for row in found:
+        if isinstance(row["params"], str):
+            row["params"] = json.loads(row["params"])
+    return found
 
 
 def slow_banks(sandbox: Sandbox, latency: tuple[float, float]) -> None:
@@ -49,7 +119,7 @@ async def read_until(stream: asyncio.StreamReader, text: str, seconds: float = 6
                 raise AssertionError(f"{text!r} never came: {seen!r}")
 
 
-async def until_running(queue: EmbeddedJobQueue, job_id: str) -> None:
+async def until_running(queue: EmbeddedJobQueue | ProcrastinateJobQueue, job_id: str) -> None:
     """Until the job runs and the balances of some account have landed."""
     async with asyncio.timeout(60):
         while True:
@@ -61,16 +131,14 @@ async def until_running(queue: EmbeddedJobQueue, job_id: str) -> None:
 
 
 async def test_a_refresh_the_service_runs_is_joined_not_run_twice(
-    tmp_path: Path, sandbox: Sandbox, monkeypatch: pytest.MonkeyPatch
+    cli: Cli, tmp_path: Path, sandbox: Sandbox, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    cli = Cli(tmp_path, sandbox)
     # Customer 7 has 32 accounts at each bank: slowed down, the service's refresh of it lasts
     # well beyond the command's start, until the command has joined it.
     await asyncio.to_thread(add_customer_with_accesses, cli, 7)  # it runs a loop of its own
     settings = service_settings(cli, monkeypatch)
     slow_banks(sandbox, (150.0, 250.0))
-    store = SqlJobStore(settings.db_url)
-    async with EmbeddedJobQueue(store, bank_job_kinds(settings), heartbeat=0.5) as service:
+    async with service_queue(settings, bank_job_kinds(settings), heartbeat=0.5) as service:
         job = await service.submit(
             BANK_REFRESH, {"customer": "cust-7"}, dedupe_key=refresh_key("cust-7")
         )
@@ -96,14 +164,13 @@ async def test_a_refresh_the_service_runs_is_joined_not_run_twice(
         assert output.count("success") == 3  # the service's launch, as it ended
         ended = await service.get(job.id)
     assert ended.state is JobState.SUCCEEDED
-    assert [j["id"] for j in jobs_in(cli)] == [job.id]  # one job
+    assert [j["id"] for j in await jobs_of(cli)] == [job.id]  # one job
     assert len(list((tmp_path / "logs").iterdir())) == 1  # one launch
 
 
 async def test_a_service_refresh_asked_while_the_command_runs_joins_it(
-    tmp_path: Path, sandbox: Sandbox, monkeypatch: pytest.MonkeyPatch
+    cli: Cli, tmp_path: Path, sandbox: Sandbox, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    cli = Cli(tmp_path, sandbox)
     await asyncio.to_thread(add_customer_with_accesses, cli, 1)  # it runs a loop of its own
     settings = service_settings(cli, monkeypatch)
     slow_banks(sandbox, (150.0, 250.0))
@@ -116,8 +183,8 @@ async def test_a_service_refresh_asked_while_the_command_runs_joins_it(
     try:
         assert command.stdout is not None
         head = await read_until(command.stdout, "account(s)")  # the command's launch is on
-        store = SqlJobStore(settings.db_url)
-        async with EmbeddedJobQueue(store, bank_job_kinds(settings), heartbeat=0.5) as service:
+        kinds = bank_job_kinds(settings)
+        async with service_queue(settings, kinds, heartbeat=0.5) as service:
             job = await service.submit(
                 BANK_REFRESH, {"customer": "cust-1"}, dedupe_key=refresh_key("cust-1")
             )
@@ -136,7 +203,7 @@ async def test_a_service_refresh_asked_while_the_command_runs_joins_it(
     assert command.returncode == 0, head + rest
     assert ended.state is JobState.SUCCEEDED
     assert ended.result is not None and ended.result["ok"] is True
-    assert [j["id"] for j in jobs_in(cli)] == [job.id]
+    assert [j["id"] for j in await jobs_of(cli)] == [job.id]
     assert len(list((tmp_path / "logs").iterdir())) == 1
 
 

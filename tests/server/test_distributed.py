@@ -20,25 +20,9 @@ from scrapeflow.banking import CredentialVault, migrate
 from scrapeflow.sandbox import Sandbox
 from tests._servers import add_sandbox_customers
 
-from .conftest import BANKS, Service, start_service, stop_service
+from .conftest import BANKS, Service, start_service, start_worker, stop_service
 from .test_events import read
 from .test_refresh import wait_all_updated
-
-
-def start_worker(env: dict[str, str]) -> subprocess.Popen[str]:
-    worker = subprocess.Popen(
-        [sys.executable, "-m", "scrapeflow", "worker", "--concurrency", "2"],
-        env=env,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-    )
-    assert worker.stdout is not None
-    line = worker.stdout.readline()
-    if not line.startswith("worker taking jobs"):
-        worker.kill()
-        raise AssertionError(f"worker did not start: {line!r} {worker.stderr.read()[-2000:]!r}")
-    return worker
 
 
 @pytest.fixture

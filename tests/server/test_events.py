@@ -1,5 +1,5 @@
 """Live delivery over SSE: a refresh's events in order until "all updated"; a reconnect with
-Last-Event-ID mid-refresh loses nothing and repeats nothing."""
+Last-Event-ID mid-refresh loses nothing and repeats nothing; on each job backend."""
 
 from __future__ import annotations
 
@@ -45,11 +45,12 @@ def read(
 
 
 def test_a_refresh_streams_in_order_and_a_reconnect_resumes_without_gap_or_repeat(
-    service: Service, sandbox: Sandbox
+    job_service: Service, sandbox: Sandbox
 ) -> None:
+    """On procrastinate, what the worker tells reaches the service's stream by LISTEN/NOTIFY."""
     for bank in BANKS:
         sandbox.sites[bank].guard.latency_ms = (20.0, 60.0)
-    with service.client("refresh", "read") as client:
+    with job_service.client("refresh", "read") as client:
         job = client.post("/v1/customers/cust-1/refresh").json()
         path = "/v1/customers/cust-1/events"
         first = read(client, path, until="job.succeeded", stop_after=4)
@@ -71,7 +72,7 @@ def test_a_refresh_streams_in_order_and_a_reconnect_resumes_without_gap_or_repea
     assert {e["data"]["job_id"] for e in whole} == {job["id"]}
     assert whole[-1]["data"]["result"]["ok"] is True
 
-    with service.client("read") as client:
+    with job_service.client("read") as client:
         job_stream = read(client, f"/v1/jobs/{job['id']}/events", until="job.succeeded")
     assert [e["id"] for e in job_stream] == [e["id"] for e in whole]  # and it ends by itself
 

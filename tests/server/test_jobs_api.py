@@ -1,6 +1,7 @@
 """``POST /v1/jobs`` (``fetch``, ``run``), results and cancel, against a real ``scrapeflow serve``
 fetching from a plain site on loopback. Where a job writes is the service's choice: the tests
-point ``jobs_dir`` and ``jobs_store`` into their tmp_path and look there."""
+point ``jobs_dir`` and ``jobs_store`` into their tmp_path and look there. The jobs run on each
+job backend: in the service, or in a worker process with the same settings."""
 
 from __future__ import annotations
 
@@ -12,17 +13,18 @@ import socket
 import textwrap
 import time
 from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
 import httpx
 import pytest
 
-from scrapeflow.banking import CredentialVault
 from scrapeflow.sandbox import Sandbox
+from scrapeflow.statusdb import SqlStatusStore
 from tests._servers import RunningSite
 
-from .conftest import Service, add_customers, start_service, stop_service
+from .conftest import Service, running_service, service_database
 
 CANCEL_BOUND = 5.0  # the queue promises 2 s; room for a loaded shared CI machine
 JOB_BOUND = 60.0
@@ -38,38 +40,46 @@ async def title(context, key, status):
 """
 
 
-@pytest.fixture
-def service(tmp_path: Path, sandbox: Sandbox) -> Iterator[Service]:
-    """The service with its jobs' directory and store in tmp_path, customer cust-1, and a
-    deployment's executor (``title``) installed as an entry point on its path."""
+@contextmanager
+def jobs_service(
+    request: pytest.FixtureRequest, tmp_path: Path, sandbox: Sandbox, backend: str
+) -> Iterator[Service]:
+    """The service (and, on procrastinate, its worker) with its jobs' directory and store in
+    tmp_path, customer cust-1, and a deployment's executor (``title``) installed as an entry
+    point on its path."""
     plugins = tmp_path / "plugins"
     info = plugins / "sfjobs_title-1.0.dist-info"
     info.mkdir(parents=True)
     (plugins / "sfjobs_title.py").write_text(textwrap.dedent(PLUGIN))
     (info / "METADATA").write_text("Metadata-Version: 2.1\nName: sfjobs-title\nVersion: 1.0\n")
     (info / "entry_points.txt").write_text("[scrapeflow.executors]\ntitle = sfjobs_title:title\n")
-    manifest = tmp_path / "sandbox.json"
-    manifest.write_text(json.dumps(sandbox.manifest()))
-    db_url = f"sqlite+aiosqlite:///{tmp_path / 'service.db'}"
-    vault_key = CredentialVault.generate_key()
-    asyncio.run(add_customers(sandbox, db_url, vault_key, [1]))
     env = {
-        **os.environ,
-        "SCRAPEFLOW_DB_URL": db_url,
-        "SCRAPEFLOW_VAULT_KEYS": vault_key,
-        "SCRAPEFLOW_SANDBOX_MANIFEST": str(manifest),
-        "SCRAPEFLOW_LOG_DIR": str(tmp_path / "logs"),
         "SCRAPEFLOW_JOBS_DIR": str(tmp_path / "jobs"),
         "SCRAPEFLOW_JOBS_STORE": str(tmp_path / "store"),
         "PYTHONPATH": os.pathsep.join(filter(None, [str(plugins), os.environ.get("PYTHONPATH")])),
-        "PYTHONUNBUFFERED": "1",
     }
-    process, url = start_service(env)
-    running = Service(url, env, db_url, process)
-    try:
+    db_url = service_database(request, tmp_path, backend)
+    with running_service(
+        tmp_path, sandbox, db_url, customers=[1], backend=backend, env=env
+    ) as running:
         yield running
-    finally:
-        stop_service(running.process)
+
+
+@pytest.fixture
+def service(request: pytest.FixtureRequest, tmp_path: Path, sandbox: Sandbox) -> Iterator[Service]:
+    """The jobs' service on the embedded backend: for what does not depend on who runs jobs."""
+    with jobs_service(request, tmp_path, sandbox, "embedded") as running:
+        yield running
+
+
+@pytest.fixture
+def job_service(
+    request: pytest.FixtureRequest, tmp_path: Path, sandbox: Sandbox, job_backend: str
+) -> Iterator[Service]:
+    """The jobs' service on each job backend: on procrastinate a worker process runs the
+    ``fetch`` and ``run`` jobs, writing where the service reads (the same settings)."""
+    with jobs_service(request, tmp_path, sandbox, job_backend) as running:
+        yield running
 
 
 @pytest.fixture
@@ -106,6 +116,24 @@ def all_results(client: httpx.Client, job_id: str, limit: int = 100) -> list[dic
     raise AssertionError("results never ended")
 
 
+def stored_status(service: Service, tmp_path: Path, job_id: str, key: str) -> dict[str, Any]:
+    """A run job's task status where the service chose to keep it: a file in one directory
+    per job under jobs_dir (embedded), or the service's database, one namespace per job
+    (procrastinate: the job may run again on another machine)."""
+    if service.backend == "embedded":
+        path = tmp_path / "jobs" / "run" / job_id / f"{key}.status.json"
+        found: dict[str, Any] = json.loads(path.read_text())
+        return found
+
+    async def load() -> dict[str, Any] | None:
+        async with SqlStatusStore(service.db_url, namespace=job_id) as store:
+            return await store.load(key)
+
+    loaded = asyncio.run(load())
+    assert loaded is not None, f"no status of task {key!r} for job {job_id}"
+    return loaded
+
+
 def problem(response: httpx.Response, status: int, type: str) -> dict[str, Any]:
     assert response.status_code == status, response.text
     assert response.headers["content-type"] == "application/problem+json"
@@ -115,11 +143,11 @@ def problem(response: httpx.Response, status: int, type: str) -> dict[str, Any]:
 
 
 def test_a_fetch_job_stores_every_url_under_the_sha384_of_its_bytes(
-    service: Service, plain_site: RunningSite, tmp_path: Path
+    job_service: Service, plain_site: RunningSite, tmp_path: Path
 ) -> None:
     urls = [plain_site.page_url(n) for n in range(12)] + [f"{plain_site.url}/status/404"]
     served = {url: httpx.get(url).content for url in urls[:-1]}
-    with service.client("jobs", "read") as client:
+    with job_service.client("jobs", "read") as client:
         created = client.post(
             "/v1/jobs", json={"kind": "fetch", "params": {"urls": urls, "concurrency": 4}}
         )
@@ -153,12 +181,12 @@ def test_a_fetch_job_stores_every_url_under_the_sha384_of_its_bytes(
 
 
 def test_a_run_job_runs_registered_executors_by_name(
-    service: Service, plain_site: RunningSite, tmp_path: Path
+    job_service: Service, plain_site: RunningSite, tmp_path: Path
 ) -> None:
     pages = [3, 4, 5]
     tasks: list[Any] = [plain_site.page_url(n) for n in pages[:2]]
     tasks.append({"key": "five", "params": {"url": plain_site.page_url(5)}})
-    with service.client("jobs", "read") as client:
+    with job_service.client("jobs", "read") as client:
         created = client.post(
             "/v1/jobs",
             json={"kind": "run", "params": {"tasks": tasks, "executors": ["scrape", "title"]}},
@@ -186,9 +214,8 @@ def test_a_run_job_runs_registered_executors_by_name(
         assert item["executors"]["scrape"]["status"] == "SUCCESS"
         assert item["executors"]["scrape"]["output"]["http_status"] == 200
         assert item["executors"]["title"]["output"] == {"title": plain_site.site.page_title(n)}
-        # the service chose where: one directory per job under jobs_dir
-        status = tmp_path / "jobs" / "run" / job["id"] / f"{item['key']}.status.json"
-        assert json.loads(status.read_text())["title_status"] == "SUCCESS"
+        status = stored_status(job_service, tmp_path, job["id"], item["key"])
+        assert status["title_status"] == "SUCCESS"
 
 
 BAD_BODIES = [
@@ -291,11 +318,11 @@ def test_malformed_json_and_a_restricted_key_create_nothing(service: Service) ->
 
 
 def test_the_same_idempotency_key_gives_the_same_job(
-    service: Service, plain_site: RunningSite
+    job_service: Service, plain_site: RunningSite
 ) -> None:
     body = {"kind": "fetch", "params": {"urls": [plain_site.page_url(1)]}}
     key = {"Idempotency-Key": "order-7"}
-    with service.client("jobs", "read") as client:
+    with job_service.client("jobs", "read") as client:
         first = client.post("/v1/jobs", json=body, headers=key)
         assert first.status_code == 202
         job_id = first.json()["id"]
@@ -310,18 +337,18 @@ def test_the_same_idempotency_key_gives_the_same_job(
         fresh = client.post("/v1/jobs", json=body, headers={"Idempotency-Key": "order-8"})
         assert fresh.json()["id"] != job_id
         assert len(client.get("/v1/jobs").json()["jobs"]) == 2
-    with service.client("jobs", "read", "refresh") as someone_else:  # another API key
+    with job_service.client("jobs", "read", "refresh") as someone_else:  # another API key
         theirs = someone_else.post("/v1/jobs", json=body, headers=key)
         assert theirs.json()["id"] not in (job_id, fresh.json()["id"])
 
 
 def test_cancelling_a_long_fetch_job_stops_it_and_keeps_what_it_stored(
-    service: Service, plain_site: RunningSite, black_hole: str, tmp_path: Path
+    job_service: Service, plain_site: RunningSite, black_hole: str, tmp_path: Path
 ) -> None:
     fast = [plain_site.page_url(n) for n in range(3)]
     slow = [f"{black_hole}/never/{n}" for n in range(40)]
     body = {"kind": "fetch", "params": {"urls": fast + slow, "concurrency": 2}}
-    with service.client("jobs", "read") as client:
+    with job_service.client("jobs", "read") as client:
         job = client.post("/v1/jobs", json=body).json()
         deadline = time.monotonic() + JOB_BOUND
         while client.get(f"/v1/jobs/{job['id']}").json()["progress"].get("stored", 0) < 3:
@@ -348,8 +375,8 @@ def test_cancelling_a_long_fetch_job_stops_it_and_keeps_what_it_stored(
     assert {item["outcome"] for item in items[3:]} == {"not_fetched"}
 
 
-def test_a_bank_refresh_job_lists_its_accesses_as_results(service: Service) -> None:
-    with service.client("refresh", "read") as client:
+def test_a_bank_refresh_job_lists_its_accesses_as_results(job_service: Service) -> None:
+    with job_service.client("refresh", "read") as client:
         job = client.post("/v1/customers/cust-1/refresh").json()
         done = wait_ended(client, job["id"])
         assert done["state"] == "succeeded", done
@@ -371,5 +398,5 @@ def test_a_bank_refresh_job_lists_its_accesses_as_results(service: Service) -> N
             422,
             "invalid-cursor",
         )
-    with service.client("read", customer="cust-1") as own:
+    with job_service.client("read", customer="cust-1") as own:
         assert own.get(f"/v1/jobs/{job['id']}/results").status_code == 200

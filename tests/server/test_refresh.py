@@ -1,5 +1,6 @@
 """Refreshing a customer through the API, as the seed's UI does: 202 at once, poll until "all
-updated", then read accounts and movements page by page."""
+updated", then read accounts and movements page by page; a refresh and its cancel on each job
+backend (the service runs it, or a worker process does)."""
 
 from __future__ import annotations
 
@@ -43,9 +44,9 @@ async def truth(sandbox: Sandbox, n: int) -> dict[str, Any]:
 
 
 def test_refresh_is_answered_at_once_then_all_updated_with_the_banks_data(
-    service: Service, sandbox: Sandbox
+    job_service: Service, sandbox: Sandbox
 ) -> None:
-    with service.client("refresh", "read") as client:
+    with job_service.client("refresh", "read") as client:
         before = client.get("/v1/customers/cust-1/status").json()
         assert before["all_updated"] is False  # never refreshed
         started = client.post("/v1/customers/cust-1/refresh")
@@ -128,13 +129,14 @@ def test_bad_inputs_are_problems_naming_what_is_wrong(service: Service) -> None:
 
 @pytest.mark.parametrize("stop_when", ["running", "claimed"])
 def test_cancel_stops_a_refresh_within_two_seconds(
-    service: Service, sandbox: Sandbox, stop_when: str
+    job_service: Service, sandbox: Sandbox, stop_when: str
 ) -> None:
     """Stopped as soon as it runs (wherever that lands: before, during or just after its claim)
-    or once it holds the customer's accesses: cancelled in time, and nothing stays claimed."""
+    or once it holds the customer's accesses: cancelled in time, and nothing stays claimed;
+    on procrastinate, the service asks and the worker that runs the job stops it."""
     for bank in BANKS:
         sandbox.sites[bank].guard.latency_ms = (300.0, 400.0)  # a slow bank
-    with service.client("refresh", "read") as client:
+    with job_service.client("refresh", "read") as client:
         job = client.post("/v1/customers/cust-3/refresh").json()
         deadline = time.monotonic() + 20
         while client.get(f"/v1/jobs/{job['id']}").json()["state"] != "running":

@@ -43,7 +43,7 @@ from sqlalchemy import (
 )
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
-from scrapeflow.db import UTCDateTime
+from scrapeflow.db import UTCDateTime, create_tables
 from scrapeflow.jobs import Job, JobState
 from scrapeflow.server._notify import EventNotices
 
@@ -144,8 +144,7 @@ class EventLog:
     async def open(self) -> None:
         """Create the table when missing; on PostgreSQL, start listening for other processes'
         events. Pair with :meth:`close`."""
-        async with self.engine.begin() as connection:
-            await connection.run_sync(metadata.create_all, checkfirst=True)
+        await create_tables(self.engine, metadata)
         if self.engine.dialect.name == "postgresql" and self._notices is None:
             self._notices = EventNotices(self.engine, self._wake_for)
             await self._notices.start()
@@ -279,7 +278,11 @@ class EventLog:
                         del self._watchers[(key[0], str(key[1]))]
 
     async def job_changed(self, job: Job) -> None:
-        """The job queue's listener: ``job.<state>`` with the job's progress and result."""
+        """The job queue's listener: ``job.<state>`` with the job's progress and result. The
+        parts of a refresh spread over workers (``bank.access``) tell nothing of their own:
+        what they do is told as the refresh's (``bank.*`` events under its job)."""
+        if job.kind == "bank.access":
+            return
         customer = job.params.get("customer") if job.kind == "bank.refresh" else None
         await self.append(
             f"job.{job.state.value}",
