@@ -8,8 +8,6 @@ import asyncio
 import json
 import os
 import signal
-import subprocess
-import sys
 import time
 from datetime import timedelta
 from pathlib import Path
@@ -23,27 +21,11 @@ from scrapeflow.sandbox import Sandbox, SandboxAdmin
 from tests._servers import add_sandbox_customers
 from tests.banking import _harness as h
 
-from .conftest import BANKS, Service, start_service, stop_service
+from .conftest import BANKS, Service, start_service, start_worker, stop_service, stop_worker
 from .test_refresh import wait_all_updated
 
+CONCURRENCY = 4
 RECOVERY_BOUND = 60.0  # the issue's: a killed worker's job completes elsewhere within 60 s
-
-
-def worker(env: dict[str, str], log: Path) -> subprocess.Popen[str]:
-    with log.open("a") as errors:
-        process = subprocess.Popen(
-            [sys.executable, "-m", "scrapeflow", "worker", "--concurrency", "4"],
-            env=env,
-            stdout=subprocess.PIPE,
-            stderr=errors,
-            text=True,
-        )
-    assert process.stdout is not None
-    line = process.stdout.readline()
-    if not line.startswith("worker taking jobs"):
-        process.kill()
-        raise AssertionError(f"the worker did not start: {line!r} {log.read_text()[-2000:]}")
-    return process
 
 
 async def running_part(db_url: str, bound: float = 60) -> tuple[str, int]:
@@ -87,7 +69,10 @@ def test_a_killed_workers_access_is_scraped_again_elsewhere_to_exact_rows(
         "SCRAPEFLOW_JOB_HEARTBEAT": "1",
         "PYTHONUNBUFFERED": "1",
     }
-    workers = [worker(env, tmp_path / f"worker{n}.log") for n in range(2)]
+    workers = [
+        start_worker(env, concurrency=CONCURRENCY, log=tmp_path / f"worker{n}.log")
+        for n in range(2)
+    ]
     process, url = start_service(env)
     service = Service(url, env, pg_url, process)
     try:
@@ -107,11 +92,7 @@ def test_a_killed_workers_access_is_scraped_again_elsewhere_to_exact_rows(
     finally:
         stop_service(service.process)
         for running in workers:
-            if running.poll() is None:
-                running.send_signal(signal.SIGTERM)
-                running.wait(timeout=60)
-            if running.stdout is not None:
-                running.stdout.close()
+            stop_worker(running)
 
     assert done["state"] == "succeeded" and done["kind"] == BANK_REFRESH
     assert [a["result"] for a in done["result"]["accesses"]] == ["success"] * len(BANKS)

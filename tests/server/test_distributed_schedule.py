@@ -7,9 +7,6 @@ from __future__ import annotations
 import asyncio
 import json
 import os
-import signal
-import subprocess
-import sys
 from pathlib import Path
 
 from scrapeflow.banking import CredentialVault, migrate
@@ -17,27 +14,11 @@ from scrapeflow.jobs import JobState, SqlJobStore
 from scrapeflow.sandbox import Sandbox
 from tests._servers import add_sandbox_customers
 
-from .conftest import BANKS, Service, start_service, stop_service
+from .conftest import BANKS, Service, start_service, start_worker, stop_service, stop_worker
 from .test_schedule import noon_zone, scheduled_refreshes, wait_for
 
+CONCURRENCY = 2
 CUSTOMERS = [1, 3, 5]  # none with a two-factor login (n % 4 == 2)
-
-
-def worker(env: dict[str, str], log: Path) -> subprocess.Popen[str]:
-    with log.open("a") as errors:
-        process = subprocess.Popen(
-            [sys.executable, "-m", "scrapeflow", "worker", "--concurrency", "2"],
-            env=env,
-            stdout=subprocess.PIPE,
-            stderr=errors,
-            text=True,
-        )
-    assert process.stdout is not None
-    line = process.stdout.readline()
-    if not line.startswith("worker taking jobs"):
-        process.kill()
-        raise AssertionError(f"the worker did not start: {line!r} {log.read_text()[-2000:]}")
-    return process
 
 
 async def refreshes_done(db_url: str, count: int, bound: float = 90) -> None:
@@ -79,7 +60,10 @@ def test_the_daily_run_refreshes_each_customer_once_with_two_workers_up(
         "SCRAPEFLOW_SCHEDULE_WINDOW": "0.05",  # three customers over three seconds
     }
     # The workers alone plan and run the day: the service starts once they are done.
-    workers = [worker(env, tmp_path / f"worker{n}.log") for n in range(2)]
+    workers = [
+        start_worker(env, concurrency=CONCURRENCY, log=tmp_path / f"worker{n}.log")
+        for n in range(2)
+    ]
     asyncio.run(refreshes_done(pg_url, len(CUSTOMERS)))
     process, url = start_service(env)
     service = Service(url, env, pg_url, process)
@@ -106,10 +90,5 @@ def test_the_daily_run_refreshes_each_customer_once_with_two_workers_up(
             assert all(job["attempts"] == 1 for job in ran_on.values())
     finally:
         stop_service(service.process)
-        for process in workers:
-            process.send_signal(signal.SIGTERM)
-        codes = [process.wait(timeout=60) for process in workers]
-        for process in workers:
-            if process.stdout is not None:
-                process.stdout.close()
+        codes = [stop_worker(process) for process in workers]
     assert codes == [0, 0]
