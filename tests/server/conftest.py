@@ -163,6 +163,27 @@ def service_database(request: pytest.FixtureRequest, tmp_path: Path, backend: st
     return f"sqlite+aiosqlite:///{tmp_path / 'service.db'}"
 
 
+def service_env(
+    tmp_path: Path, sandbox: Sandbox, db_url: str, *, customers: list[int], backend: str
+) -> dict[str, str]:
+    """The settings of a service (and its workers) on ``db_url`` against the sandbox, with
+    customers ``cust-N`` for ``customers`` added first (the database migrated)."""
+    manifest = tmp_path / "sandbox.json"
+    manifest.write_text(json.dumps(sandbox.manifest()))
+    vault_key = CredentialVault.generate_key()
+    asyncio.run(add_customers(sandbox, db_url, vault_key, customers))
+    return {
+        **os.environ,
+        "SCRAPEFLOW_DB_URL": db_url,
+        "SCRAPEFLOW_JOBS_BACKEND": backend,
+        "SCRAPEFLOW_VAULT_KEYS": vault_key,
+        "SCRAPEFLOW_SANDBOX_MANIFEST": str(manifest),
+        "SCRAPEFLOW_LOG_DIR": str(tmp_path / "logs"),
+        "PYTHONUNBUFFERED": "1",
+        "SCRAPEFLOW_SCHEDULE": "off",  # no daily run in the middle of a test
+    }
+
+
 @contextlib.contextmanager
 def running_service(
     tmp_path: Path,
@@ -180,21 +201,8 @@ def running_service(
     stopped at exit; a worker that did not end with 0 is a failure, with its log's end."""
     if backend not in JOB_BACKENDS:
         raise ValueError(f"unknown job backend {backend!r}: one of {', '.join(JOB_BACKENDS)}")
-    manifest = tmp_path / "sandbox.json"
-    manifest.write_text(json.dumps(sandbox.manifest()))
-    vault_key = CredentialVault.generate_key()
-    asyncio.run(add_customers(sandbox, db_url, vault_key, customers))
-    settings = {
-        **os.environ,
-        "SCRAPEFLOW_DB_URL": db_url,
-        "SCRAPEFLOW_JOBS_BACKEND": backend,
-        "SCRAPEFLOW_VAULT_KEYS": vault_key,
-        "SCRAPEFLOW_SANDBOX_MANIFEST": str(manifest),
-        "SCRAPEFLOW_LOG_DIR": str(tmp_path / "logs"),
-        "PYTHONUNBUFFERED": "1",
-        "SCRAPEFLOW_SCHEDULE": "off",  # no daily run in the middle of a test
-        **(env or {}),
-    }
+    settings = service_env(tmp_path, sandbox, db_url, customers=customers, backend=backend)
+    settings |= env or {}
     log = tmp_path / "worker.log"
     workers: list[subprocess.Popen[str]] = []
     running: Service | None = None

@@ -4,9 +4,6 @@ event streams (LISTEN/NOTIFY) as if it ran there."""
 
 from __future__ import annotations
 
-import asyncio
-import json
-import os
 import signal
 import subprocess
 import sys
@@ -16,36 +13,16 @@ from pathlib import Path
 import httpx
 import pytest
 
-from scrapeflow.banking import CredentialVault, migrate
 from scrapeflow.sandbox import Sandbox
-from tests._servers import add_sandbox_customers
 
-from .conftest import BANKS, Service, start_service, start_worker, stop_service
+from .conftest import BANKS, Service, service_env, start_service, start_worker, stop_service
 from .test_events import read
 from .test_refresh import wait_all_updated
 
 
 @pytest.fixture
 def distributed(tmp_path: Path, sandbox: Sandbox, pg_url: str) -> Iterator[Service]:
-    manifest = tmp_path / "sandbox.json"
-    manifest.write_text(json.dumps(sandbox.manifest()))
-    vault_key = CredentialVault.generate_key()
-
-    async def prepare() -> None:
-        await migrate(pg_url)
-        await add_sandbox_customers(sandbox, pg_url, vault_key, [1, 3], BANKS)
-
-    asyncio.run(prepare())
-    env = {
-        **os.environ,
-        "SCRAPEFLOW_DB_URL": pg_url,
-        "SCRAPEFLOW_JOBS_BACKEND": "procrastinate",
-        "SCRAPEFLOW_VAULT_KEYS": vault_key,
-        "SCRAPEFLOW_SANDBOX_MANIFEST": str(manifest),
-        "SCRAPEFLOW_LOG_DIR": str(tmp_path / "logs"),
-        "SCRAPEFLOW_SCHEDULE": "off",
-        "PYTHONUNBUFFERED": "1",
-    }
+    env = service_env(tmp_path, sandbox, pg_url, customers=[1, 3], backend="procrastinate")
     process, url = start_service(env)
     running = Service(url, env, pg_url, process)
     try:

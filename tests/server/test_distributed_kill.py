@@ -5,8 +5,6 @@ against the sandbox's truth, none doubled."""
 from __future__ import annotations
 
 import asyncio
-import json
-import os
 import signal
 import time
 from datetime import timedelta
@@ -15,13 +13,20 @@ from typing import Any
 
 import httpx
 
-from scrapeflow.banking import BANK_ACCESS, BANK_REFRESH, CredentialVault, migrate
+from scrapeflow.banking import BANK_ACCESS, BANK_REFRESH
 from scrapeflow.jobs import JobState, SqlJobStore
 from scrapeflow.sandbox import Sandbox, SandboxAdmin
-from tests._servers import add_sandbox_customers
 from tests.banking import _harness as h
 
-from .conftest import BANKS, Service, start_service, start_worker, stop_service, stop_worker
+from .conftest import (
+    BANKS,
+    Service,
+    service_env,
+    start_service,
+    start_worker,
+    stop_service,
+    stop_worker,
+)
 from .test_refresh import wait_all_updated
 
 CONCURRENCY = 4
@@ -46,29 +51,8 @@ async def running_part(db_url: str, bound: float = 60) -> tuple[str, int]:
 def test_a_killed_workers_access_is_scraped_again_elsewhere_to_exact_rows(
     tmp_path: Path, sandbox: Sandbox, pg_url: str
 ) -> None:
-    manifest = tmp_path / "sandbox.json"
-    manifest.write_text(json.dumps(sandbox.manifest()))
-    vault_key = CredentialVault.generate_key()
-
-    async def prepare() -> None:
-        await migrate(pg_url)
-        await add_sandbox_customers(sandbox, pg_url, vault_key, [1], BANKS)
-
-    asyncio.run(prepare())
-    for bank in BANKS:  # slow enough that a scrape is caught in the middle
-        sandbox.sites[bank].guard.latency_ms = (150.0, 250.0)
-    env = {
-        **os.environ,
-        "SCRAPEFLOW_DB_URL": pg_url,
-        "SCRAPEFLOW_JOBS_BACKEND": "procrastinate",
-        "SCRAPEFLOW_VAULT_KEYS": vault_key,
-        "SCRAPEFLOW_SANDBOX_MANIFEST": str(manifest),
-        "SCRAPEFLOW_LOG_DIR": str(tmp_path / "logs"),
-        "SCRAPEFLOW_SCHEDULE": "off",
-        "SCRAPEFLOW_HEARTBEAT": "0.3",
-        "SCRAPEFLOW_JOB_HEARTBEAT": "1",
-        "PYTHONUNBUFFERED": "1",
-    }
+    env = service_env(tmp_path, sandbox, pg_url, customers=[1], backend="procrastinate")
+    env |= {"SCRAPEFLOW_HEARTBEAT": "0.3", "SCRAPEFLOW_JOB_HEARTBEAT": "1"}
     workers = [
         start_worker(env, concurrency=CONCURRENCY, log=tmp_path / f"worker{n}.log")
         for n in range(2)

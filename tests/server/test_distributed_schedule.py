@@ -5,16 +5,19 @@ after, finds the day run and runs nothing again."""
 from __future__ import annotations
 
 import asyncio
-import json
-import os
 from pathlib import Path
 
-from scrapeflow.banking import CredentialVault, migrate
 from scrapeflow.jobs import JobState, SqlJobStore
 from scrapeflow.sandbox import Sandbox
-from tests._servers import add_sandbox_customers
 
-from .conftest import BANKS, Service, start_service, start_worker, stop_service, stop_worker
+from .conftest import (
+    Service,
+    service_env,
+    start_service,
+    start_worker,
+    stop_service,
+    stop_worker,
+)
 from .test_schedule import noon_zone, scheduled_refreshes, wait_for
 
 CONCURRENCY = 2
@@ -38,23 +41,8 @@ async def refreshes_done(db_url: str, count: int, bound: float = 90) -> None:
 def test_the_daily_run_refreshes_each_customer_once_with_two_workers_up(
     tmp_path: Path, sandbox: Sandbox, pg_url: str
 ) -> None:
-    manifest = tmp_path / "sandbox.json"
-    manifest.write_text(json.dumps(sandbox.manifest()))
-    vault_key = CredentialVault.generate_key()
-
-    async def prepare() -> None:
-        await migrate(pg_url)
-        await add_sandbox_customers(sandbox, pg_url, vault_key, CUSTOMERS, BANKS)
-
-    asyncio.run(prepare())
-    env = {
-        **os.environ,
-        "SCRAPEFLOW_DB_URL": pg_url,
-        "SCRAPEFLOW_JOBS_BACKEND": "procrastinate",
-        "SCRAPEFLOW_VAULT_KEYS": vault_key,
-        "SCRAPEFLOW_SANDBOX_MANIFEST": str(manifest),
-        "SCRAPEFLOW_LOG_DIR": str(tmp_path / "logs"),
-        "PYTHONUNBUFFERED": "1",
+    env = service_env(tmp_path, sandbox, pg_url, customers=CUSTOMERS, backend="procrastinate")
+    env |= {
         "SCRAPEFLOW_SCHEDULE": "* * * * *",  # fired less than a minute ago: inside the make-up
         "SCRAPEFLOW_SCHEDULE_TIMEZONE": noon_zone(),
         "SCRAPEFLOW_SCHEDULE_WINDOW": "0.05",  # three customers over three seconds
