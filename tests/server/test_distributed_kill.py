@@ -7,7 +7,7 @@ from __future__ import annotations
 import asyncio
 import signal
 import time
-from datetime import timedelta
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
@@ -30,20 +30,28 @@ from .conftest import (
 from .test_refresh import wait_all_updated
 
 CONCURRENCY = 4
+_INTO_SCRAPE = timedelta(seconds=1)  # a part running this long is mid-scrape (slow banks)
 RECOVERY_BOUND = 60.0  # the issue's: a killed worker's job completes elsewhere within 60 s
 
 
-async def running_part(db_url: str, bound: float = 60) -> tuple[str, int]:
-    """A ``bank.access`` job running and past its first batch: its id and its worker's pid."""
+async def running_part(db_url: str, refresh: str, bound: float = 60) -> tuple[str, int]:
+    """A ``bank.access`` part of job ``refresh`` running (its scrape begun a moment ago): its
+    id and its worker's pid. Fails with what the jobs were if none is seen within ``bound``."""
     store = SqlJobStore(db_url)
     await store.open()
     try:
-        async with asyncio.timeout(bound):
-            while True:
-                for job in await store.find(kind=BANK_ACCESS, states=(JobState.RUNNING,)):
-                    if job.owner and job.progress.get("accounts"):
-                        return job.id, int(job.owner.split(":")[1])
-                await asyncio.sleep(0.05)
+        deadline = asyncio.get_running_loop().time() + bound
+        while asyncio.get_running_loop().time() < deadline:
+            for job in await store.find(kind=BANK_ACCESS, states=(JobState.RUNNING,)):
+                begun = job.started_at and datetime.now(UTC) - job.started_at > _INTO_SCRAPE
+                if job.owner and (job.progress.get("accounts") or begun):
+                    return job.id, int(job.owner.split(":")[1])
+            parent = await store.get(refresh)
+            if parent is None or parent.state.final:
+                break
+            await asyncio.sleep(0.05)
+        seen = [(j.id, j.state.value, j.progress) for j in await store.find(kind=BANK_ACCESS)]
+        raise AssertionError(f"no part caught running: refresh {parent}, parts {seen}")
     finally:
         await store.close()
 
@@ -53,6 +61,8 @@ def test_a_killed_workers_access_is_scraped_again_elsewhere_to_exact_rows(
 ) -> None:
     env = service_env(tmp_path, sandbox, pg_url, customers=[1], backend="procrastinate")
     env |= {"SCRAPEFLOW_HEARTBEAT": "0.3", "SCRAPEFLOW_JOB_HEARTBEAT": "1"}
+    for bank in BANKS:  # slow enough that a scrape is caught in the middle
+        sandbox.sites[bank].guard.latency_ms = (150.0, 250.0)
     workers = [
         start_worker(env, concurrency=CONCURRENCY, log=tmp_path / f"worker{n}.log")
         for n in range(2)
@@ -61,8 +71,10 @@ def test_a_killed_workers_access_is_scraped_again_elsewhere_to_exact_rows(
     service = Service(url, env, pg_url, process)
     try:
         with service.client("read", "refresh") as client:
-            refresh = client.post("/v1/customers/cust-1/refresh").json()
-            part, pid = asyncio.run(running_part(pg_url))
+            answer = client.post("/v1/customers/cust-1/refresh")
+            assert answer.status_code == 202, answer.text
+            refresh = answer.json()
+            part, pid = asyncio.run(running_part(pg_url, refresh["id"]))
             victim = next(w for w in workers if w.pid == pid)
             victim.send_signal(signal.SIGKILL)
             victim.wait(timeout=10)
