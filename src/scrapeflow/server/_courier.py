@@ -22,6 +22,7 @@ from scrapeflow._util.logs import get_logger
 from scrapeflow._util.redact import redact
 from scrapeflow._util.tasks import stop_task
 from scrapeflow.config import Settings
+from scrapeflow.db import connection_lost
 from scrapeflow.errors import ScrapeflowError
 from scrapeflow.server._events import EventLog, events_table
 from scrapeflow.server._keys import keys_table
@@ -123,14 +124,22 @@ class Courier:
         async with aiohttp.ClientSession(
             timeout=timeout, connector=connector, headers={"User-Agent": "scrapeflow-webhooks/1"}
         ) as session:
+            failing = 0  # rounds failed in a row: an outage is told once, with its cause
             try:
                 while True:
                     changed = self.events.next_change
                     self._freed.clear()
                     try:
                         wait = await self._round(session)
-                    except Exception:  # the database hiccuped: log, wait, try again
-                        _log.exception("webhook outbox round failed")
+                        if failing:
+                            _log.warning("webhook outbox rounds work again", failed=failing)
+                        failing = 0
+                    except Exception as exc:  # the database hiccuped: log, wait, try again
+                        if not failing:
+                            _log.exception("webhook outbox round failed")
+                        elif not connection_lost(exc):  # the same outage: said once
+                            _log.warning("webhook outbox round failed", error=redact(repr(exc)))
+                        failing += 1
                         wait = self.poll
                     if wait > 0:
                         await _first(wait, changed, self._freed)
