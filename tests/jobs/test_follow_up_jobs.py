@@ -112,6 +112,7 @@ async def test_a_feed_chain_in_one_process_reads_every_post_once(sql_url: str) -
             first = await queue.submit(FEED_PAGE_KIND, params)
             chain = await wait_chain(queue, first)
             posts = await chain_posts(queue, first)
+        await jobs.aclose()
         truth = feed_truth(sandbox, "user0001")
 
     assert len(truth) == 364 and posts == truth  # 8 pages of 50, none lost or repeated

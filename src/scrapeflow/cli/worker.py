@@ -68,6 +68,7 @@ async def _work(config: Settings) -> None:
     from scrapeflow.banking import migrate
     from scrapeflow.db import create_engine
     from scrapeflow.server._events import EventLog
+    from scrapeflow.server._keys import open_keys
     from scrapeflow.server._webhooks import Webhooks
 
     stop = asyncio.Event()
@@ -77,6 +78,7 @@ async def _work(config: Settings) -> None:
     await migrate(config.db_url)
     engine = create_engine(config.db_url)
     try:
+        await open_keys(engine)  # the webhooks' outbox reads the keys: a worker may start first
         webhooks = Webhooks(engine)  # what an event calls for is written with it, here too
         await webhooks.open()
         pause, first = _FIRST_PAUSE, True

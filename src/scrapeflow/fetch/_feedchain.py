@@ -101,10 +101,14 @@ class _Profile:
 
 class FeedChainJobs:
     """The ``feed.page`` handler of one process. The pages it runs share one HTTP client
-    (opened by the first page that runs, closed by the last) and each profile's token."""
+    (opened by the first page that runs, closed ``linger`` seconds after the last) and each
+    profile's token."""
 
-    def __init__(self, config: HttpConfig) -> None:
+    def __init__(self, config: HttpConfig, *, linger: float = 10.0) -> None:
         self.config = config
+        self.linger = linger
+        """Seconds the HTTP client is kept after the last page, for the next one."""
+        self._closing: asyncio.TimerHandle | None = None
         self._http: HttpClient | None = None
         self._users = 0
         self._lock = asyncio.Lock()
@@ -183,6 +187,9 @@ class FeedChainJobs:
 
     async def _acquire(self) -> HttpClient:
         async with self._lock:
+            if self._closing is not None:  # the next page came before the client was let go
+                self._closing.cancel()
+                self._closing = None
             if self._http is None:
                 http = HttpClient(self.config)
                 await http.__aenter__()
@@ -193,7 +200,28 @@ class FeedChainJobs:
     async def _release(self) -> None:
         async with self._lock:
             self._users -= 1
+            if self._users == 0 and self._http is not None and self._closing is None:
+                # A chain runs one page at a time: the client (its connections, the site's
+                # session) is kept a while for the next page rather than made anew each time.
+                self._closing = asyncio.get_running_loop().call_later(
+                    self.linger, lambda: asyncio.ensure_future(self._close_idle())
+                )
+
+    async def _close_idle(self) -> None:
+        async with self._lock:
+            self._closing = None
             if self._users == 0 and self._http is not None:
+                http, self._http = self._http, None
+                await http.aclose()
+
+    async def aclose(self) -> None:
+        """Close the HTTP client now (it closes by itself ``linger`` seconds after the last
+        page)."""
+        async with self._lock:
+            if self._closing is not None:
+                self._closing.cancel()
+                self._closing = None
+            if self._http is not None:
                 http, self._http = self._http, None
                 await http.aclose()
 

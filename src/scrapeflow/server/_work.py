@@ -4,8 +4,8 @@ procrastinate workers: the same kinds, in ``scrapeflow worker`` processes)."""
 
 from __future__ import annotations
 
-from collections.abc import Mapping
-from contextlib import AbstractAsyncContextManager
+from collections.abc import AsyncIterator, Mapping
+from contextlib import AbstractAsyncContextManager, asynccontextmanager
 from typing import TYPE_CHECKING, Any
 
 from sqlalchemy.ext.asyncio import AsyncEngine
@@ -17,6 +17,7 @@ from scrapeflow.server._events import EventLog
 if TYPE_CHECKING:
     from scrapeflow.banking import BankJobEvent
     from scrapeflow.executors import RunJobs
+    from scrapeflow.fetch import FeedChainJobs
 
 RUN_BATCH = "batch"
 """The follow-up keys of a run job's batches: batch-0, batch-1…"""
@@ -25,7 +26,11 @@ __all__ = ["api_job_kinds", "chain_job_kinds", "job_kinds", "job_queue", "run_ba
 
 
 def job_kinds(
-    settings: Settings, events: EventLog, engine: AsyncEngine | None = None
+    settings: Settings,
+    events: EventLog,
+    engine: AsyncEngine | None = None,
+    *,
+    feed: FeedChainJobs | None = None,
 ) -> dict[str, JobHandler]:
     """The handlers of this service's job kinds, on ``settings``: the bank's (``bank.refresh``,
     ``bank.access``, ``bank.otp``: what they do is told to ``events`` as it happens, under the
@@ -41,16 +46,17 @@ def job_kinds(
     return (
         bank_job_kinds(settings, on_event=deliver, per_access=per_access)
         | api_job_kinds(settings, engine)
-        | chain_job_kinds(settings)
+        | chain_job_kinds(settings, feed)
     )
 
 
-def chain_job_kinds(settings: Settings) -> dict[str, JobHandler]:
+def chain_job_kinds(settings: Settings, feed: FeedChainJobs | None = None) -> dict[str, JobHandler]:
     """The kinds that are chains of follow-up jobs, queued by code (not ``POST /v1/jobs``):
-    ``feed.page``, a cursor feed walked page by page on any worker."""
+    ``feed.page``, a cursor feed walked page by page on any worker (``feed``: its handler, to
+    close when the queue stops; else one of the settings' own)."""
     from scrapeflow.fetch import FEED_PAGE_KIND, FeedChainJobs
 
-    return {FEED_PAGE_KIND: FeedChainJobs.from_settings(settings).run}
+    return {FEED_PAGE_KIND: (feed or FeedChainJobs.from_settings(settings)).run}
 
 
 def api_job_kinds(settings: Settings, engine: AsyncEngine | None = None) -> dict[str, JobHandler]:
@@ -112,17 +118,23 @@ def run_batches(job_id: str, params: Mapping[str, Any]) -> list[tuple[str, range
     return list(zip(part_ids(job_id, RUN_BATCH, len(slices)), slices, strict=True))
 
 
-def job_queue(
+@asynccontextmanager
+async def job_queue(
     settings: Settings, events: EventLog, engine: AsyncEngine, *, run_jobs: bool
-) -> AbstractAsyncContextManager[JobQueue]:
-    """The queue of ``settings.jobs_backend`` (not entered yet). ``run_jobs``: this process
-    runs jobs (the service on the embedded backend, a worker on procrastinate's); else it only
-    submits, looks and cancels (the service on procrastinate's)."""
-    kinds = job_kinds(settings, events, engine)
+) -> AsyncIterator[JobQueue]:
+    """The queue of ``settings.jobs_backend``, open. ``run_jobs``: this process runs jobs (the
+    service on the embedded backend, a worker on procrastinate's); else it only submits, looks
+    and cancels (the service on procrastinate's). What the kinds keep between jobs (the feed
+    chain's HTTP client) is closed after the queue."""
+    from scrapeflow.fetch import FeedChainJobs
+
+    feed = FeedChainJobs.from_settings(settings)
+    kinds = job_kinds(settings, events, engine, feed=feed)
+    queue: AbstractAsyncContextManager[JobQueue]
     if settings.jobs_backend == "procrastinate":
         from scrapeflow.jobs import ProcrastinateJobQueue
 
-        return ProcrastinateJobQueue(
+        queue = ProcrastinateJobQueue(
             settings.db_url,
             kinds,
             run_jobs=run_jobs,
@@ -131,13 +143,19 @@ def job_queue(
             on_change=events.job_changed,
             engine=engine,
         )
-    from scrapeflow.jobs import EmbeddedJobQueue, SqlJobStore
+    else:
+        from scrapeflow.jobs import EmbeddedJobQueue, SqlJobStore
 
-    return EmbeddedJobQueue(
-        SqlJobStore(settings.db_url, engine=engine),
-        kinds,
-        concurrency=settings.job_concurrency,
-        heartbeat=settings.job_heartbeat,
-        run_jobs=run_jobs,
-        on_change=events.job_changed,
-    )
+        queue = EmbeddedJobQueue(
+            SqlJobStore(settings.db_url, engine=engine),
+            kinds,
+            concurrency=settings.job_concurrency,
+            heartbeat=settings.job_heartbeat,
+            run_jobs=run_jobs,
+            on_change=events.job_changed,
+        )
+    try:
+        async with queue as opened:
+            yield opened
+    finally:
+        await feed.aclose()
