@@ -18,6 +18,7 @@ from .conftest import (
     stop_service,
     stop_worker,
 )
+from .test_events import read
 from .test_schedule import noon_zone, scheduled_refreshes, wait_for
 
 CONCURRENCY = 2
@@ -67,6 +68,10 @@ def test_the_daily_run_refreshes_each_customer_once_with_two_workers_up(
             assert run["planned"] == run["submitted"] == len(CUSTOMERS)
             assert run["jobs"] == {"succeeded": len(CUSTOMERS)}
             assert scheduled_refreshes(client) == ["cust-1", "cust-3", "cust-5"]
+            # What the workers did before any service ran is in the event log all the same.
+            stream = "/v1/customers/cust-1/events"
+            told = [e["event"] for e in read(client, stream, until="job.succeeded")]
+            assert told[:2] == ["job.queued", "job.running"] and "bank.all_updated" in told
             for customer in ("cust-1", "cust-3", "cust-5"):
                 status = client.get(f"/v1/customers/{customer}/status").json()
                 assert status["all_updated"] is True
