@@ -31,6 +31,7 @@ import signal
 import statistics
 import subprocess
 import sys
+import threading
 import time
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
@@ -42,6 +43,7 @@ import aiohttp
 
 CLOCK_TICKS = os.sysconf("SC_CLK_TCK")
 PAGE_SIZE = os.sysconf("SC_PAGE_SIZE")
+PG_ADMIN = "postgresql://postgres@127.0.0.1:5432/postgres"
 REPO = Path(__file__).resolve().parent.parent
 
 
@@ -81,6 +83,85 @@ def cpu_seconds_of(pid: int) -> float:
         # The command name (field 2) may hold spaces; the fields after its ')' are fixed.
         fields = f.read().rsplit(")", 1)[1].split()
     return (int(fields[11]) + int(fields[12])) / CLOCK_TICKS
+
+
+def _stat_fields(pid: int) -> list[str]:
+    """The fields of ``/proc/<pid>/stat`` after the command name (field 3 on)."""
+    with open(f"/proc/{pid}/stat") as f:
+        # The command name (field 2) may hold spaces; the fields after its ')' are fixed.
+        return f.read().rsplit(")", 1)[1].split()
+
+
+def tree_cpu_seconds(pid: int) -> float:
+    """CPU seconds of ``pid``, of its children that ended (``cutime + cstime``) and of its live
+    descendants; 0 for a process gone."""
+    total, todo = 0.0, [pid]
+    while todo:
+        current = todo.pop()
+        with contextlib.suppress(OSError, IndexError):
+            fields = _stat_fields(current)
+            total += sum(int(fields[i]) for i in (11, 12, 13, 14)) / CLOCK_TICKS
+            for task in os.listdir(f"/proc/{current}/task"):
+                with open(f"/proc/{current}/task/{task}/children") as f:
+                    todo.extend(int(child) for child in f.read().split())
+    return total
+
+
+def own_cpu_seconds(pid: int) -> float | None:
+    """``utime + stime`` of ``pid``; None once it is gone."""
+    try:
+        fields = _stat_fields(pid)
+    except (OSError, IndexError):
+        return None
+    return (int(fields[11]) + int(fields[12])) / CLOCK_TICKS
+
+
+class PostgresCpu(threading.Thread):
+    """The CPU seconds of the PostgreSQL backends serving database ``name``, from its start
+    (a local server: its processes' ``/proc`` entries are read).
+
+    Every ``every`` seconds the backends' pids are read from ``pg_stat_activity`` and each
+    one's CPU from ``/proc``: a backend there at the start counts from its CPU then, one seen
+    later from zero (it was born in the window). Also the most backends seen at once.
+    """
+
+    def __init__(self, name: str, *, every: float = 0.2, admin_url: str = PG_ADMIN) -> None:
+        super().__init__(daemon=True)
+        import psycopg
+
+        self.name = name
+        self.every = every
+        self.first: dict[int, float] = {}
+        self.last: dict[int, float] = {}
+        self.peak_backends = 0
+        self._halt = threading.Event()
+        self._connection = psycopg.connect(admin_url, autocommit=True)
+        self._sample(starting=True)
+
+    def _sample(self, *, starting: bool = False) -> None:
+        rows = self._connection.execute(
+            "SELECT pid FROM pg_stat_activity WHERE datname = %s", (self.name,)
+        ).fetchall()
+        self.peak_backends = max(self.peak_backends, len(rows))
+        for (pid,) in rows:
+            used = own_cpu_seconds(pid)
+            if used is None:
+                continue
+            self.first.setdefault(pid, used if starting else 0.0)
+            self.last[pid] = used
+
+    def run(self) -> None:
+        while not self._halt.wait(self.every):
+            self._sample()
+
+    def halt(self) -> float:
+        """Stop sampling (after one last sample); the CPU seconds counted."""
+        self._halt.set()
+        if self.is_alive():
+            self.join(5)
+        self._sample()
+        self._connection.close()
+        return sum(self.last[pid] - self.first[pid] for pid in self.last)
 
 
 def url_key(url: str) -> str:
