@@ -223,8 +223,8 @@ class ProcrastinateJobQueue(StoredJobs):
     @property
     def worker(self) -> asyncio.Task[None] | None:
         """The procrastinate worker this process runs (``run_jobs``), while it runs. It may end
-        by itself (a database outage it could not ride out): a worker process should then exit,
-        so its supervisor starts it again."""
+        by itself (a database outage it could not ride out): a worker process then opens the
+        queue again once the database answers (``scrapeflow worker`` does)."""
         return self._worker
 
     def _live_counts(self, job_id: str) -> dict[str, int] | None:
