@@ -108,7 +108,7 @@ class FeedChainJobs:
         self.config = config
         self.linger = linger
         """Seconds the HTTP client is kept after the last page, for the next one."""
-        self._closing: asyncio.TimerHandle | None = None
+        self._closing: asyncio.Task[None] | None = None
         self._http: HttpClient | None = None
         self._users = 0
         self._lock = asyncio.Lock()
@@ -203,11 +203,10 @@ class FeedChainJobs:
             if self._users == 0 and self._http is not None and self._closing is None:
                 # A chain runs one page at a time: the client (its connections, the site's
                 # session) is kept a while for the next page rather than made anew each time.
-                self._closing = asyncio.get_running_loop().call_later(
-                    self.linger, lambda: asyncio.ensure_future(self._close_idle())
-                )
+                self._closing = asyncio.create_task(self._close_idle(), name="feed-client-linger")
 
     async def _close_idle(self) -> None:
+        await asyncio.sleep(self.linger)
         async with self._lock:
             self._closing = None
             if self._users == 0 and self._http is not None:
