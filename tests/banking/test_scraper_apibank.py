@@ -8,6 +8,7 @@ compared with ``/__admin/truth``.
 from __future__ import annotations
 
 import time
+from collections.abc import Iterator
 from datetime import timedelta
 from typing import Any
 
@@ -56,6 +57,25 @@ def _bank(sandbox: Sandbox) -> ApiBank:
     site = sandbox.sites[BANK]
     assert isinstance(site, ApiBank)
     return site
+
+
+@pytest.fixture(autouse=True)
+def _bank_knobs_restored(sandbox: Sandbox) -> Iterator[None]:
+    """The sandbox is shared by a worker's tests: each test starts from the bank's defaults
+    (its own rate limit on) and leaves them as it found them."""
+    site = _bank(sandbox)
+    knobs = (
+        "client_rate_per_second",
+        "client_rate_burst",
+        "token_ttl_seconds",
+        "cursor_ttl_seconds",
+    )
+    saved = {name: getattr(site, name) for name in knobs}
+    for name in knobs:
+        setattr(site, name, getattr(ApiBank, name))
+    yield
+    for name, value in saved.items():
+        setattr(site, name, value)
 
 
 def _no_rate_limit(sandbox: Sandbox) -> None:

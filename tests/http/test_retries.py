@@ -13,6 +13,7 @@ import pytest
 from aiohttp import web
 
 from scrapeflow.errors import (
+    ConfigError,
     ConnectionFailed,
     FetchError,
     FetchTimeout,
@@ -27,7 +28,8 @@ FAST = RetryPolicy(attempts=4, backoff=0.0)  # no waits: these tests are about c
 
 
 class Flaky:
-    """``/fail-then-ok/{n}/{name}``: ``n`` answers of 503 (or ``?status=``), then 200."""
+    """``/fail-then-ok/{n}/{name}``: ``n`` answers of 503 (or ``?status=``, with
+    ``?retry_after=`` as a ``Retry-After`` header), then 200."""
 
     def __init__(self) -> None:
         self.seen: Counter[str] = Counter()
@@ -37,7 +39,11 @@ class Flaky:
         name = request.match_info["name"]
         self.seen[name] += 1
         if self.seen[name] <= int(request.match_info["n"]):
-            return web.Response(status=int(request.query.get("status", 503)), text="try later")
+            status = int(request.query.get("status", 503))
+            headers = {}
+            if "retry_after" in request.query:
+                headers["Retry-After"] = request.query["retry_after"]
+            return web.Response(status=status, text="try later", headers=headers)
         return web.Response(text=f"ok after {self.seen[name]}")
 
     async def always(self, request: web.Request) -> web.Response:
@@ -71,6 +77,26 @@ async def test_5xx_then_success_returns_the_success(server) -> None:
     assert response.attempts == 3
     assert len(recorder.at("/fail-then-ok/2/a")) == 3
     assert (stats.requests, stats.ok, stats.retries, stats.throttled) == (3, 1, 2, 2)
+
+
+async def test_a_rate_limit_that_says_when_is_waited_out_beyond_the_attempts(server) -> None:
+    # Six 429s with Retry-After: 0, two attempts allowed: the waits are not failed attempts.
+    url, recorder, _ = server
+    path = "/fail-then-ok/6/rl?status=429&retry_after=0"
+    async with HttpClient(HttpConfig(retry=RetryPolicy(attempts=2, backoff=0.0))) as http:
+        response = await http.get(f"{url}{path}")
+    assert (response.status, response.text()) == (200, "ok after 7")
+    # Without a Retry-After, a 429 is an ordinary failed attempt; so is a wait past the budget.
+    async with HttpClient(HttpConfig(retry=RetryPolicy(attempts=2, backoff=0.0))) as http:
+        plain = await http.get(f"{url}/fail-then-ok/6/plain?status=429")
+    assert (plain.status, plain.attempts) == (429, 2)
+    tight = RetryPolicy(attempts=2, backoff=0.0, throttle_retries=3)
+    async with HttpClient(HttpConfig(retry=tight)) as http:
+        cut = await http.get(f"{url}/fail-then-ok/6/cut?status=429&retry_after=0")
+    assert (cut.status, cut.attempts) == (429, 5)
+    assert len(recorder.at("/fail-then-ok/6/cut")) == 5
+    with pytest.raises(ConfigError, match="throttle_retries"):
+        RetryPolicy(throttle_retries=-1)
 
 
 async def test_exhausted_retries_on_5xx_return_the_final_response(server) -> None:

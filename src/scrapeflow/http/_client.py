@@ -317,7 +317,7 @@ class HttpClient:
         retryable_method = safe or method in IDEMPOTENT_METHODS
         target = yarl.URL(url)
         host = f"{target.host}:{target.port}"
-        attempt = bans = 0
+        attempt = bans = waited_out = 0
         while True:
             attempt += 1
             outcome = await self._attempt(
@@ -332,7 +332,18 @@ class HttpClient:
                     await session.retire()
                 if not retryable_method or bans > policy.ban_retries:
                     raise self._final_error(outcome, url, attempt)
-            elif not (retryable_method or _never_sent(outcome)) or attempt >= policy.attempts:
+            elif (
+                retryable_method
+                and policy.attempts > 1
+                and outcome.kind == "throttle"
+                and outcome.retry_after is not None
+                and waited_out < policy.throttle_retries
+            ):
+                waited_out += 1  # told when to come back: not a failed attempt
+            elif (
+                not (retryable_method or _never_sent(outcome))
+                or attempt - waited_out >= policy.attempts
+            ):
                 return self._give_up(outcome, url, attempt)
             if policy.run_budget is not None and self._retries_spent >= policy.run_budget:
                 raise RetryBudgetExhausted(
@@ -345,7 +356,9 @@ class HttpClient:
             proxy_stats = self.stats.proxy(outcome.proxy)
             if proxy_stats is not None:
                 proxy_stats.retries += 1
-            await asyncio.sleep(policy.wait(attempt, self.rng, outcome.retry_after))
+            # Waits grow with the failed attempts; a throttle waited out adds only its wait.
+            failed = max(1, attempt - waited_out)
+            await asyncio.sleep(policy.wait(failed, self.rng, outcome.retry_after))
 
     async def _attempt(
         self,

@@ -35,6 +35,11 @@ class RetryPolicy:
     statuses: frozenset[int] = RETRY_STATUSES
     ban_retries: int = 3
     """Fresh sessions a request may burn through bans and CAPTCHAs before it gives up."""
+    throttle_retries: int = 8
+    """Extra tries for answers that say when to come back (a 429 or 503 with ``Retry-After``):
+    the server did not process the request and named the wait, so waiting it out is not a
+    failure and does not use up ``attempts``. Past these, a throttle counts as an attempt. With
+    ``attempts=1`` nothing is retried, throttles included."""
     run_budget: int | None = None
     """Retries allowed for the client's lifetime (None: unbounded)."""
     retry_after_max: float = 120.0
@@ -43,8 +48,10 @@ class RetryPolicy:
     def __post_init__(self) -> None:
         if self.attempts < 1:
             raise ConfigError(f"retry attempts must be at least 1, got {self.attempts}")
-        if self.backoff < 0 or self.backoff_max < 0 or self.ban_retries < 0:
-            raise ConfigError("retry backoff, backoff_max and ban_retries must not be negative")
+        if min(self.backoff, self.backoff_max, self.ban_retries, self.throttle_retries) < 0:
+            raise ConfigError(
+                "retry backoff, backoff_max, ban_retries and throttle_retries must not be negative"
+            )
 
     def wait(self, retry: int, rng: random.Random, retry_after: float | None = None) -> float:
         """Seconds to wait before retry number ``retry`` (1 for the first retry)."""
