@@ -302,6 +302,7 @@ class _Run:
         self.status_fields = [f"{n}_status" for n in self.names]
         self.context = context
         self.store = store
+        self._saves_inline = getattr(store, "saves_inline", False) is True
         self.progress = progress
         self.on_progress = on_progress
         # Keys of the tasks that succeeded, and their input positions packed as machine ints:
@@ -415,8 +416,11 @@ class _Run:
                 listed = status[FOLLOW_UPS] = []
             seen = set(listed)
             listed.extend(k for k in added if k not in seen)
+        if self._saves_inline:  # it cannot be cut: no task of its own needed
+            await self.store.save(key, status)
+            return
         # Shielded: a run cancelled while a database store writes still keeps the executor's
-        # result (a file store's write was never interrupted), so a resume does not redo it.
+        # result, so a resume does not redo it.
         await asyncio.shield(self.store.save(key, status))
 
     async def _watch(self, workers: dict[asyncio.Task[None], TaskClock]) -> None:

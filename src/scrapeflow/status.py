@@ -106,6 +106,10 @@ class StatusStore(Protocol):
     Implementations must make ``save`` atomic: after a crash, ``load`` returns the last saved
     status or ``None``, never a partial one. Every method is async, ``keys`` too: a store may
     be a database across the network (:class:`scrapeflow.statusdb.SqlStatusStore`).
+
+    A store whose ``save`` never suspends (it writes and returns, like a local file's) may say
+    so with a class attribute ``saves_inline = True``: a cancel cannot cut such a save, so the
+    engine calls it directly instead of shielding it in a task of its own.
     """
 
     async def prepare(self) -> None:
@@ -131,6 +135,9 @@ class JsonDirStore:
     task); by default writes are atomic against process crashes, which is what a killed run
     needs, and fast.
     """
+
+    saves_inline = True
+    """``save`` writes the file and returns without suspending (see :class:`StatusStore`)."""
 
     def __init__(self, directory: Path | str, *, fsync: bool = False) -> None:
         self.directory = Path(directory)

@@ -321,7 +321,7 @@ class HttpClient:
         while True:
             attempt += 1
             outcome = await self._attempt(
-                method, url, host, session, slot, validate, retry_statuses, attempt, kwargs
+                method, target, host, session, slot, validate, retry_statuses, attempt, kwargs
             )
             if isinstance(outcome, Response):
                 return outcome
@@ -363,7 +363,7 @@ class HttpClient:
     async def _attempt(
         self,
         method: str,
-        url: str,
+        url: yarl.URL,
         host: str,
         session: ScrapeSession,
         slot_key: str | None,
@@ -383,7 +383,7 @@ class HttpClient:
                 raise NoProxyAvailable(
                     "no good proxy left: every proxy is quarantined or bad"
                     + (f" (last failure: {session.last_failure})" if session.last_failure else ""),
-                    url=redact(url),
+                    url=redact(str(url)),
                 )
         proxy, generation = session.proxy, session.generation
         label = proxy_label(proxy)
@@ -460,7 +460,7 @@ class HttpClient:
     async def _send(
         self,
         method: str,
-        url: str,
+        url: yarl.URL,
         session: ScrapeSession,
         proxy: str | None,
         attempt: int,
@@ -477,7 +477,7 @@ class HttpClient:
         self,
         http: aiohttp.ClientSession,
         method: str,
-        url: str,
+        url: yarl.URL,
         proxy: str | None,
         attempt: int,
         started: float,
@@ -488,7 +488,7 @@ class HttpClient:
             if r.content_length is not None and r.content_length > limit:
                 raise FetchError(
                     f"body of {r.content_length} bytes is over the {limit}-byte limit",
-                    url=redact(url),
+                    url=redact(str(url)),
                     attempts=attempt,
                 )
             chunks = []
@@ -497,7 +497,7 @@ class HttpClient:
                 size += len(chunk)
                 if size > limit:
                     raise FetchError(
-                        f"body over the {limit}-byte limit", url=redact(url), attempts=attempt
+                        f"body over the {limit}-byte limit", url=redact(str(url)), attempts=attempt
                     )
                 chunks.append(chunk)
             if proxy is not None and _proxy_refused_login(r.status, r.headers):
