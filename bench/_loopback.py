@@ -28,9 +28,11 @@ import platform
 import resource
 import select
 import signal
+import socket
 import statistics
 import subprocess
 import sys
+import tempfile
 import threading
 import time
 from collections.abc import Iterator, Sequence
@@ -312,6 +314,103 @@ class LoopbackServer:
         return cpu_seconds_of(self.pid)
 
 
+DOCS_ROOT = Path("/usr/share/doc/python3-doc/html")
+"""A real site to serve: the Python documentation (Debian's ``python3-doc``, ~530 pages)."""
+
+
+def docs_pages(root: Path = DOCS_ROOT) -> list[str]:
+    """The HTML pages under ``root``, as paths relative to it, sorted (the same every run)."""
+    root = root.resolve()
+    return sorted(str(p.relative_to(root)) for p in root.rglob("*.html"))
+
+
+def docs_urls(base_url: str, count: int, pages: Sequence[str]) -> Iterator[str]:
+    """``count`` distinct URLs over ``pages``: each page again and again, as ``?i=N``."""
+    return (f"{base_url}/{pages[n % len(pages)]}?i={n}" for n in range(count))
+
+
+class NginxServer:
+    """nginx serving a static directory on 127.0.0.1 (one worker process, no access log).
+
+    The bench's clients are Python; a Python server as fast as they are would be half of what
+    is measured, so the client benches fetch a real site from nginx: its CPU per page is a
+    small fraction of any client's. ``latency_ms`` is not offered: nginx cannot delay answers.
+
+    >>> with NginxServer(DOCS_ROOT) as server:  # doctest: +SKIP
+    ...     server.url, server.cpu_seconds()
+    """
+
+    def __init__(self, root: Path, *, executable: str = "/usr/sbin/nginx") -> None:
+        self.root = root.resolve()
+        self.executable = executable
+        self.url = ""
+        self._process: subprocess.Popen[bytes] | None = None
+        self._prefix: tempfile.TemporaryDirectory[str] | None = None
+
+    @staticmethod
+    def available(root: Path = DOCS_ROOT, executable: str = "/usr/sbin/nginx") -> bool:
+        return Path(executable).exists() and root.is_dir()
+
+    def __enter__(self) -> NginxServer:
+        self._prefix = tempfile.TemporaryDirectory(prefix="bench-nginx-")
+        prefix = Path(self._prefix.name)
+        port = _free_port()
+        conf = prefix / "nginx.conf"
+        conf.write_text(
+            f"""daemon off; master_process off; worker_processes 1;
+pid {prefix}/nginx.pid; error_log {prefix}/error.log warn;
+events {{ worker_connections 4096; }}
+http {{
+  access_log off; sendfile on; tcp_nopush on; keepalive_requests 1000000;
+  client_body_temp_path {prefix}; proxy_temp_path {prefix}; fastcgi_temp_path {prefix};
+  uwsgi_temp_path {prefix}; scgi_temp_path {prefix};
+  types {{ text/html html; }} default_type application/octet-stream;
+  server {{ listen 127.0.0.1:{port} backlog=4096; root {self.root}; }}
+}}
+"""
+        )
+        self._process = subprocess.Popen([self.executable, "-p", str(prefix), "-c", str(conf)])
+        deadline = time.monotonic() + 10
+        while True:
+            with contextlib.suppress(OSError), socket.create_connection(("127.0.0.1", port), 1):
+                break
+            if self._process.poll() is not None or time.monotonic() > deadline:
+                log = (prefix / "error.log").read_text() if (prefix / "error.log").exists() else ""
+                self.__exit__(None, None, None)
+                raise RuntimeError(f"nginx did not start on port {port}: {log[-2000:]}")
+            time.sleep(0.05)
+        self.url = f"http://127.0.0.1:{port}"
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        process, self._process = self._process, None
+        if process is not None:
+            process.terminate()
+            try:
+                process.wait(timeout=10)
+            except subprocess.TimeoutExpired:
+                process.kill()
+                process.wait()
+        if self._prefix is not None:
+            self._prefix.cleanup()
+            self._prefix = None
+
+    @property
+    def pid(self) -> int:
+        if self._process is None:
+            raise RuntimeError("nginx is not running")
+        return self._process.pid
+
+    def cpu_seconds(self) -> float:
+        return cpu_seconds_of(self.pid)
+
+
+def _free_port() -> int:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return int(probe.getsockname()[1])
+
+
 def _serve_main(argv: Sequence[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description="Serve the sandbox plain site on loopback.")
     parser.add_argument("--pages", type=int, default=100_000)
@@ -413,7 +512,9 @@ def client_report(**fields: Any) -> None:
 
 async def bare_fetch_all(urls: Iterator[str], directory: Path, concurrency: int) -> int:
     """GET each URL with one session and ``concurrency`` workers, writing each body to
-    ``<directory>/<md5(url)>.scrape``. No status, no retry, no atomic write. Returns errors.
+    ``<directory>/<md5(url)>.scrape`` and taking its MD5 (the digest a ``scrape`` status
+    records, cheaper than the SHA-384 a fetcher takes). No status, no retry, no atomic write.
+    Returns errors.
 
     The connector is configured as ``execute_async`` configures its own, so both sides open
     the same number of connections.
@@ -436,6 +537,7 @@ async def bare_fetch_all(urls: Iterator[str], directory: Path, concurrency: int)
                 if not ok:
                     errors += 1
                     continue
+                hashlib.md5(body, usedforsecurity=False).hexdigest()
                 with open(directory / f"{url_key(url)}.scrape", "wb") as f:
                     f.write(body)
 
