@@ -17,20 +17,9 @@ service's store, one shard per job. ``feed.page`` jobs (:class:`FeedChainJobs`) 
 feed as a chain of follow-up jobs, a page per job, on whichever workers run the queue.
 """
 
-from scrapeflow.fetch._feedchain import FEED_PAGE_KIND, FeedChainJobs, FeedPageParams, chain_posts
+from typing import TYPE_CHECKING, Any
+
 from scrapeflow.fetch._input import FetchItem, read_items
-from scrapeflow.fetch._job import (
-    FETCH_KIND,
-    MAX_FETCH_JOB_CONCURRENCY,
-    MAX_FETCH_JOB_DELAY,
-    MAX_FETCH_JOB_PER_HOST,
-    MAX_FETCH_JOB_SHARDS,
-    MAX_FETCH_JOB_URLS,
-    MAX_JOB_URL_LENGTH,
-    FetchItemOutcome,
-    FetchJobParams,
-    FetchJobs,
-)
 from scrapeflow.fetch._pipeline import FetchReport, fetch_items
 from scrapeflow.fetch._run import GRACE_SECONDS, OUTCOMES, FetchRun, run_fetch
 from scrapeflow.fetch._settings import (
@@ -39,6 +28,62 @@ from scrapeflow.fetch._settings import (
     MAX_CPUS,
     FetchSettings,
 )
+
+if TYPE_CHECKING:
+    from scrapeflow.fetch._feedchain import (
+        FEED_PAGE_KIND,
+        FeedChainJobs,
+        FeedPageParams,
+        chain_posts,
+    )
+    from scrapeflow.fetch._job import (
+        FETCH_KIND,
+        MAX_FETCH_JOB_CONCURRENCY,
+        MAX_FETCH_JOB_DELAY,
+        MAX_FETCH_JOB_PER_HOST,
+        MAX_FETCH_JOB_SHARDS,
+        MAX_FETCH_JOB_URLS,
+        MAX_JOB_URL_LENGTH,
+        FetchItemOutcome,
+        FetchJobParams,
+        FetchJobs,
+    )
+
+# The job kinds are loaded when first named: they bring the job machinery (SQLAlchemy, the
+# queue), a third of a second of imports that `scrapeflow fetch` and its workers never use.
+_LAZY = {
+    "scrapeflow.fetch._feedchain": (
+        "FEED_PAGE_KIND",
+        "FeedChainJobs",
+        "FeedPageParams",
+        "chain_posts",
+    ),
+    "scrapeflow.fetch._job": (
+        "FETCH_KIND",
+        "MAX_FETCH_JOB_CONCURRENCY",
+        "MAX_FETCH_JOB_DELAY",
+        "MAX_FETCH_JOB_PER_HOST",
+        "MAX_FETCH_JOB_SHARDS",
+        "MAX_FETCH_JOB_URLS",
+        "MAX_JOB_URL_LENGTH",
+        "FetchItemOutcome",
+        "FetchJobParams",
+        "FetchJobs",
+    ),
+}
+_LAZY_FROM = {name: module for module, names in _LAZY.items() for name in names}
+
+
+def __getattr__(name: str) -> Any:
+    module = _LAZY_FROM.get(name)
+    if module is None:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    import importlib
+
+    value = getattr(importlib.import_module(module), name)
+    globals()[name] = value
+    return value
+
 
 __all__ = [
     "FEED_PAGE_KIND",
