@@ -68,9 +68,13 @@ from typing import Any
 import aiohttp
 
 from _loopback import (
+    DOCS_ROOT,
     LoopbackServer,
+    NginxServer,
     client_report,
     cpu_seconds_of,
+    docs_pages,
+    docs_urls,
     filesystem_of,
     machine_info,
     median,
@@ -84,6 +88,8 @@ SCRAPY_VENV = BENCH / ".venv-scrapy"
 SCRAPY_REQUIREMENT = "scrapy>=2.11,<3"
 SCRAPY_CLIENT = BENCH / "_scrapy_fetch.py"
 BARE_GOAL = 0.85  # scrapeflow (1 CPU) / bare aiohttp
+CPU_GOAL = 1.3  # scrapeflow (1 CPU) CPU per page / bare aiohttp's
+SCALE_GOAL = 1.6  # scrapeflow on 2 CPUs / on 1
 SCRAPY_GOAL = 5.0  # scrapeflow / Scrapy
 MINUTE_URLS = 22_000  # gofetch's "nearly 22,000 sources", under a minute at 100 ms
 CPUS = os.cpu_count() or 1
@@ -250,12 +256,14 @@ def run_contender(
     }
 
 
-def check_store(content: Path, urls: int, contender: str) -> int:
-    """Every page stored once under its SHA-384 (all pages differ), or the figures mean
-    nothing. Re-hashes a sample of the files. Returns the bytes stored."""
+def check_store(content: Path, distinct: int, contender: str) -> int:
+    """Every distinct page stored once under its SHA-384, or the figures mean nothing.
+    Re-hashes a sample of the files. Returns the bytes stored."""
     names = [entry.name for entry in os.scandir(content)] if content.is_dir() else []
-    if len(names) != urls:
-        raise RuntimeError(f"{contender}: {len(names):,} bodies in {content} for {urls:,} URLs")
+    if len(names) != distinct:
+        raise RuntimeError(
+            f"{contender}: {len(names):,} bodies in {content} for {distinct:,} distinct pages"
+        )
     for name in random.Random(0).sample(names, min(200, len(names))):
         if hashlib.sha384((content / name).read_bytes()).hexdigest() != name:
             raise RuntimeError(f"{contender}: {content / name} does not hold its SHA-384")
@@ -292,7 +300,8 @@ def run_one(
     urls: int,
     concurrency: int,
     scratch: Path,
-    server: LoopbackServer,
+    server: LoopbackServer | NginxServer,
+    distinct: int,
 ) -> dict[str, Any]:
     work = Path(tempfile.mkdtemp(prefix=f"{contender}-", dir=scratch))
     store = work / "store"
@@ -323,7 +332,7 @@ def run_one(
         ]
         content = store
     run = run_contender(command, env=env, cwd=work, server_pid=server.pid)
-    stored_bytes = check_store(content, urls, contender)
+    stored_bytes = check_store(content, distinct, contender)
     seconds = run["seconds"]
     row: dict[str, Any] = {
         "contender": contender,
@@ -337,6 +346,9 @@ def run_one(
         "client_sys_seconds": round(run["client_sys_seconds"], 2),
         "client_cpu_share": round(
             (run["client_user_seconds"] + run["client_sys_seconds"]) / seconds, 3
+        ),
+        "cpu_ms_per_page": round(
+            1000 * (run["client_user_seconds"] + run["client_sys_seconds"]) / urls, 4
         ),
         "server_cpu_share": round(run["server_cpu_seconds"] / seconds, 3),
         "stored_mb": round(stored_bytes / 1e6, 1),
@@ -391,13 +403,23 @@ def run_part(
     times), the order rotating between repeats."""
     urls = args.urls
     filesystem = filesystem_of(scratch_parent)
+    # nginx and a real site where no latency is added (nginx cannot add it): a Python server
+    # would be as busy as the clients it serves.
+    nginx = args.site == "nginx" and not latency_ms
+    server: LoopbackServer | NginxServer
+    if nginx:
+        pages = docs_pages()
+        server, distinct = NginxServer(DOCS_ROOT), min(urls, len(pages))
+    else:
+        server, distinct = LoopbackServer(pages=urls, warm=urls, latency_ms=latency_ms), urls
     with (
-        LoopbackServer(pages=urls, warm=urls, latency_ms=latency_ms) as server,
+        server,
         tempfile.TemporaryDirectory(prefix=f"fetch-bench-{name}-", dir=scratch_parent) as tmp,
     ):
         part_dir = Path(tmp)
         urls_file = part_dir / "urls.txt"
-        urls_file.write_text("".join(f"{url}\n" for url in page_urls(server.url, urls)))
+        listed = docs_urls(server.url, urls, pages) if nginx else page_urls(server.url, urls)
+        urls_file.write_text("".join(f"{url}\n" for url in listed))
         ceiling = concurrency / latency_ms * 1000 if latency_ms else None
         print(
             f"\n== {_title(latency_ms)}, stores on {scratch_parent} ({filesystem}): {urls:,} "
@@ -420,6 +442,7 @@ def run_part(
                     concurrency=concurrency,
                     scratch=part_dir,
                     server=server,
+                    distinct=distinct,
                 )
                 row["repeat"] = number
                 runs.append(row)
@@ -440,6 +463,7 @@ def run_part(
         summary[contender]["runs"] = len(mine)
     return {
         "part": name,
+        "site": "nginx, Python docs" if nginx else "sandbox PlainSite",
         "latency_ms": latency_ms,
         "concurrency": concurrency,
         "pages_per_second_ceiling": ceiling,
@@ -461,6 +485,7 @@ MEDIAN_KEYS = (
     "client_sys_seconds",
     "client_cpu_share",
     "server_cpu_share",
+    "cpu_ms_per_page",
 )
 
 
@@ -479,6 +504,15 @@ def ratios(summary: dict[str, dict[str, float]]) -> dict[str, float]:
                 result[f"{prefix}scrapeflow_{cpus}cpu_over_{other}"] = round(
                     mine / summary[other][key], 3
                 )
+    if "bare" in summary:
+        result["cpu_per_page_1cpu_over_bare"] = round(
+            summary["scrapeflow-1cpu"]["cpu_ms_per_page"] / summary["bare"]["cpu_ms_per_page"], 3
+        )
+    result[f"scrapeflow_{CPUS}cpu_over_1cpu"] = round(
+        summary[f"scrapeflow-{CPUS}cpu"]["pages_per_second"]
+        / summary["scrapeflow-1cpu"]["pages_per_second"],
+        3,
+    )
     return result
 
 
@@ -509,6 +543,17 @@ def print_part(part: dict[str, Any]) -> None:
             f"  scrapeflow ({_cpus(cpus)}) / bare aiohttp: {r[key]:.2f} "
             f"({goal}in-run {r['in_run_' + key]:.2f})"
         )
+    if "cpu_per_page_1cpu_over_bare" in r:
+        cpu = r["cpu_per_page_1cpu_over_bare"]
+        print(
+            f"  CPU per page, scrapeflow (1 CPU) / bare aiohttp: {cpu:.2f} "
+            f"(goal <= {CPU_GOAL}: {verdict[cpu <= CPU_GOAL]})"
+        )
+    scale = r[f"scrapeflow_{CPUS}cpu_over_1cpu"]
+    print(
+        f"  scrapeflow {_cpus(CPUS)} / 1 CPU: {scale:.2f}x "
+        f"(goal >= {SCALE_GOAL}: {verdict[scale >= SCALE_GOAL]})"
+    )
     if "scrapy" not in part["median"]:
         return
     for cpus in (1, CPUS):
@@ -589,6 +634,21 @@ def _parse(argv: list[str] | None) -> argparse.Namespace:
         help=f"also the no-latency part without Scrapy with the stores on {TMPFS} (tmpfs), "
         "where the disk's noise is gone",
     )
+    parser.add_argument(
+        "--site",
+        choices=["nginx", "sandbox"],
+        default="nginx" if NginxServer.available() else "sandbox",
+        help=f"no-latency parts: nginx serving the Python docs ({DOCS_ROOT}, Debian's "
+        "python3-doc; apt-get install nginx-light python3-doc) or the sandbox site",
+    )
+    parser.add_argument(
+        "--no-latency-only",
+        action="store_true",
+        help="only the no-latency part on --scratch (a quick look at the CPU figures)",
+    )
+    parser.add_argument(
+        "--no-scrapy", action="store_true", help="leave Scrapy out (it is the slowest by far)"
+    )
     parser.add_argument("--output", type=Path, default=RESULTS, help="results JSON")
     # A bare-loop client process:
     parser.add_argument("--client", choices=["bare"], help=argparse.SUPPRESS)
@@ -616,7 +676,9 @@ def main(argv: list[str] | None = None) -> None:
         f"commit {machine['git_commit'] or '?'}",
         flush=True,
     )
-    scrapy = ensure_scrapy_venv()
+    scrapy = {"scrapy": "not run", "venv_made": False, "setup_seconds": 0.0}
+    if not args.no_scrapy:
+        scrapy = ensure_scrapy_venv()
     scratch = args.scratch.resolve()
     print(
         f"Scrapy {scrapy['scrapy']} in {SCRAPY_VENV.relative_to(REPO)}: asyncio reactor "
@@ -626,7 +688,8 @@ def main(argv: list[str] | None = None) -> None:
         "scrapeflow: `python -m scrapeflow fetch URLS --store DIR` with FETCH_ID, MAX_CPUS and "
         "CONCURRENT_FETCHES (= concurrency / MAX_CPUS), the rest default: 4 writers per "
         "process, indexes sha384_checksum and url_sha384, fetch log, no WARC\n"
-        "server: sandbox PlainSite in its own process, pages rendered ahead, latency added by "
+        f"server: {'nginx serving the Python docs (no latency), ' if args.site == 'nginx' else ''}"
+        "the sandbox PlainSite in its own process, pages rendered ahead, latency added by "
         "the server\n"
         "seconds: process wall time, start to exit; in-run: the contender's own timer; peak "
         "RSS: sum over the contender's processes; CPU: all the contender's processes",
@@ -652,27 +715,36 @@ def main(argv: list[str] | None = None) -> None:
         "MAX_CPUS, CONCURRENT_FETCHES = concurrency / MAX_CPUS, the other settings default "
         "(CONCURRENT_S3WRITERS 4, indexes sha384_checksum + url_sha384, fetch log, no WARC)",
     }
+    contenders = CONTENDERS[:3] if args.no_scrapy else CONTENDERS
     parts = [
         run_part(
             "no-latency",
             latency_ms=0.0,
             concurrency=args.concurrency,
-            contenders=CONTENDERS,
+            contenders=contenders,
             repeat=args.repeat,
             args=args,
             scratch_parent=scratch,
-        ),
-        run_part(
-            "latency",
-            latency_ms=args.latency_ms,
-            concurrency=args.latency_concurrency,
-            contenders=CONTENDERS,
-            repeat=args.latency_repeat,
-            args=args,
-            scratch_parent=scratch,
-        ),
+        )
     ]
-    if args.tmpfs and TMPFS.is_dir() and filesystem_of(scratch) != "tmpfs":
+    if not args.no_latency_only:
+        parts.append(
+            run_part(
+                "latency",
+                latency_ms=args.latency_ms,
+                concurrency=args.latency_concurrency,
+                contenders=contenders,
+                repeat=args.latency_repeat,
+                args=args,
+                scratch_parent=scratch,
+            )
+        )
+    if (
+        not args.no_latency_only
+        and args.tmpfs
+        and TMPFS.is_dir()
+        and filesystem_of(scratch) != "tmpfs"
+    ):
         parts.append(
             run_part(
                 "no-latency-tmpfs",
@@ -685,7 +757,8 @@ def main(argv: list[str] | None = None) -> None:
             )
         )
     results["parts"] = parts
-    results["minute"] = minute_check(parts[1])
+    if len(parts) > 1:
+        results["minute"] = minute_check(parts[1])
     results["bench_seconds"] = round(time.monotonic() - started, 1)
     args.output.parent.mkdir(parents=True, exist_ok=True)
     temporary = args.output.with_suffix(".json.tmp")
@@ -694,7 +767,8 @@ def main(argv: list[str] | None = None) -> None:
     print("\n== Results ==")
     for part in parts:
         print_part(part)
-    print_minute(results["minute"], parts[1])
+    if len(parts) > 1:
+        print_minute(results["minute"], parts[1])
     print(f"\nwhole bench: {results['bench_seconds']:.0f} s; results in {_shown(args.output)}")
 
 
