@@ -27,7 +27,13 @@ requests, the API bank's own limit of 10 requests/s per client IP, burst 20):
   per-customer seconds, every result code, HTTP traffic per bank (requests, 429s, retries),
   the launcher's peak RSS (``VmHWM``, reset through ``/proc/self/clear_refs`` just before the
   launch) and memory per access: (peak RSS - RSS before the launch) / 600. The seed's browsers
-  took ~300 MB a page.
+  took ~300 MB a page;
+* against the floor: the banks' own rate limits set the shortest batch possible — the API bank
+  allows 10 requests/s per client IP (burst 20), so ``needed`` requests over ``N`` exit IPs take
+  at least ``(needed - 20 N) / 10 N`` seconds, ``needed`` being the requests it answered with
+  anything but a 429 in that very run. The bench prints batch / floor (goal <= 1.3) and the
+  launcher's CPU seconds (all its threads: V8, SQLite, the parsing pool) per access (goal
+  <= 25 ms), each with PASS/FAIL, and stores them in the results.
 
 Customers with ``n % 4 == 2`` (two-factor at the legacy bank) and ``n % 97 == 13`` (locked)
 are skipped; every phase uses customer numbers no other phase used.
@@ -85,7 +91,13 @@ BANKS = ("formbank", "apibank", "legacybank")
 SEED = 7
 RESULTS = Path(__file__).resolve().parent / "results" / "banking.json"
 SEED_TARGETS = {"balances": 10.0, "movements": 30.0}
-GOALS = {"balances": 2.0, "movements": 5.0, "many_total": 60.0}
+GOALS = {
+    "balances": 2.0,
+    "movements": 5.0,
+    "many_total": 60.0,
+    "cpu_ms_per_access": 25.0,  # the launcher's CPU for one access, all its threads
+    "batch_vs_floor": 1.3,  # the batch through exit IPs against the banks' own rate limits
+}
 PG_ADMIN = "postgresql://postgres@127.0.0.1:5432/postgres"
 
 
@@ -117,6 +129,46 @@ def r3(value: float | None) -> float | None:
 
 def ratio(value: float | None, target: float) -> float | None:
     return None if value is None else round(value / target, 3)
+
+
+def rate_limits() -> dict[str, tuple[float, float]]:
+    """The banks' own per-IP limits, ``{bank: (requests per second, burst)}``.
+
+    Read from the sandbox's code (its process runs the same defaults): only the API bank has one.
+    """
+    from scrapeflow.sandbox.banks import ApiBank
+
+    return {"apibank": (ApiBank.client_rate_per_second, float(ApiBank.client_rate_burst))}
+
+
+def rate_floor(traffic: dict[str, Any], exit_ips: int) -> dict[str, Any]:
+    """The shortest batch the banks' own rate limits allow, from the requests each needed.
+
+    A bank that allows ``rate`` requests a second per client IP, ``burst`` at once, needs at
+    least ``(needed - burst x IPs) / (rate x IPs)`` seconds for ``needed`` requests spread evenly
+    over ``IPs`` exit IPs. ``needed`` counts the requests the bank answered with anything but a
+    429 (the refused ones were not needed: they are the cost of pacing them). The floor is the
+    largest over the banks; a bank without a limit sets none.
+    """
+    ips = max(1, exit_ips)
+    by_bank: dict[str, Any] = {}
+    for bank, (rate, burst) in rate_limits().items():
+        needed = traffic.get(bank, {}).get("ok", 0)
+        if rate <= 0 or not needed:
+            continue
+        seconds = max(0.0, needed - burst * ips) / (rate * ips)
+        by_bank[bank] = {
+            "needed_requests": needed,
+            "rate_per_ip": rate,
+            "burst_per_ip": burst,
+            "seconds": round(seconds, 2),
+        }
+    floor = max((b["seconds"] for b in by_bank.values()), default=None)
+    return {"seconds": floor, "exit_ips": ips, "by_bank": by_bank}
+
+
+def verdict(value: float | None, goal: float) -> str:
+    return "-" if value is None else ("PASS" if value <= goal else "FAIL")
 
 
 def reset_peak_rss() -> bool:
@@ -585,11 +637,21 @@ def summarize_many(phase: Phase) -> dict[str, Any]:
     for bank in BANKS:
         times = [a["seconds"] for a in accesses if a["bank"] == bank]
         by_bank[bank] = {"p50": r3(percentile(times, 0.5)), "max": r3(max(times, default=None))}
+    floor = rate_floor(res["traffic"], len(phase.spec.get("proxies") or []))
+    batch_vs_floor = ratio(res["seconds"], floor["seconds"]) if floor["seconds"] else None
+    cpu_ms = round(1000 * res["cpu_seconds"] / len(accesses), 1)
     return {
         "customers": len(per_customer),
         "accesses": len(accesses),
         "total_seconds": res["seconds"],
         "vs_goal_total": ratio(res["seconds"], GOALS["many_total"]),
+        "rate_floor": floor,
+        "batch_vs_floor": batch_vs_floor,
+        "batch_vs_floor_goal": GOALS["batch_vs_floor"],
+        "batch_vs_floor_verdict": verdict(batch_vs_floor, GOALS["batch_vs_floor"]),
+        "launcher_cpu_ms_per_access": cpu_ms,
+        "launcher_cpu_ms_per_access_goal": GOALS["cpu_ms_per_access"],
+        "launcher_cpu_verdict": verdict(cpu_ms, GOALS["cpu_ms_per_access"]),
         "customer_p50": r3(percentile(per_customer, 0.5)),
         "customer_p95": r3(percentile(per_customer, 0.95)),
         "customer_balances_p95": r3(
@@ -677,6 +739,21 @@ def print_many(title: str, s: dict[str, Any]) -> None:
     print(
         f"  CPU: launcher {s['launcher_cpu_seconds']} s ({s['launcher_cpu_share']} of a core), "
         f"sandbox {s['sandbox_cpu_seconds']} s ({s['sandbox_cpu_share']} of a core)"
+    )
+    floor = s["rate_floor"]
+    limits = ", ".join(
+        f"{bank} {b['needed_requests']} requests at {b['rate_per_ip']:g}/s per IP "
+        f"(burst {b['burst_per_ip']:g}): {b['seconds']} s"
+        for bank, b in floor["by_bank"].items()
+    )
+    print(
+        f"  rate-limit floor over {floor['exit_ips']} exit IP(s): {fmt(floor['seconds'], ' s')} "
+        f"({limits or 'no limited bank'}); batch / floor {fmt(s['batch_vs_floor'])} "
+        f"(goal <= {s['batch_vs_floor_goal']:g}): {s['batch_vs_floor_verdict']}"
+    )
+    print(
+        f"  launcher CPU per access {s['launcher_cpu_ms_per_access']:.1f} ms "
+        f"(goal <= {s['launcher_cpu_ms_per_access_goal']:g} ms): {s['launcher_cpu_verdict']}"
     )
     print(
         f"  memory: RSS before {s['rss_before_mb']} MB, peak {s['peak_rss_mb']} MB "
