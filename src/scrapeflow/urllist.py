@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import hashlib
 import os
+import re
 import stat
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -32,6 +33,9 @@ and a task's URL is kept in its status file and in memory for every task in flig
 most): 64 KiB each stays bounded. A longer line is refused, named by its number."""
 
 
+_WHITESPACE = re.compile(r"\s")  # str.isspace's characters: one search, not a loop per character
+
+
 def url_key(url: str) -> str:
     """The task key of ``url``: its MD5, hex."""
     return hashlib.md5(url.encode(), usedforsecurity=False).hexdigest()
@@ -47,7 +51,7 @@ def check_url(url: str) -> str | None:
         return "not an http(s) URL"
     if not parsed.host:
         return "URL has no host"
-    if any(c.isspace() for c in url):
+    if _WHITESPACE.search(url):
         return "URL contains whitespace"
     return None
 

@@ -47,14 +47,28 @@ def read_items(path: Path | str, *, offset: int = 0, limit: int | None = None) -
     _check_regular_file(path)
     items: list[FetchItem] = []
     index = 0
+    jsonl = path.suffix == ".jsonl"
     for lineno, line in list_lines(path):
-        item = _parse(path, lineno, line, index)
+        item = _parse(path, lineno, line, index, jsonl=jsonl)
         if index >= offset and (limit is None or index < offset + limit):
             items.append(item)
         index += 1
     if index == 0:
         raise InputError(f"{path}: no URL in the file")
     return items
+
+
+class _Where:
+    """``path:line`` for an error message, made only when one is raised (read_items checks
+    every line of a list that may hold millions)."""
+
+    __slots__ = ("lineno", "path")
+
+    def __init__(self, path: Path, lineno: int) -> None:
+        self.path, self.lineno = path, lineno
+
+    def __str__(self) -> str:
+        return f"{self.path}:{self.lineno}"
 
 
 _KINDS = {
@@ -81,9 +95,9 @@ def _check_regular_file(path: Path) -> None:
         raise InputError(f"{path}: is {kind}, not a URL list file")
 
 
-def _parse(path: Path, lineno: int, line: str, index: int) -> FetchItem:
-    where = f"{path}:{lineno}"
-    if path.suffix == ".jsonl" or line.lstrip().startswith("{"):
+def _parse(path: Path, lineno: int, line: str, index: int, *, jsonl: bool) -> FetchItem:
+    where = _Where(path, lineno)
+    if jsonl or line.lstrip().startswith("{"):
         try:
             row = json.loads(line)
         except json.JSONDecodeError as exc:

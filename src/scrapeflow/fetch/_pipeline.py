@@ -249,7 +249,8 @@ async def _store(fetched: _Fetched, sinks: _Sinks, settings: FetchSettings) -> s
     )
     # From the journal line to the log line, a crash is repaired by the next run: its index
     # lines and its log line end up written once each (see scrapeflow.storage's journal).
-    sinks.journal.begin(done)
+    line = done.to_json()  # the journal's record and the log's line: the same bytes
+    sinks.journal.begin(line)
     for index in sinks.indexes:
         await index.add(entry)
     if sinks.warc is not None:
@@ -263,7 +264,7 @@ async def _store(fetched: _Fetched, sinks: _Sinks, settings: FetchSettings) -> s
         )
     if sinks.redis is not None:
         await sinks.redis.push(entry)
-    await sinks.log.write(done)
+    await sinks.log.write(line)
     sinks.journal.end()
     return "stored" if stored.created else "duplicate"
 

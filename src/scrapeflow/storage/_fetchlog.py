@@ -173,11 +173,12 @@ class FetchLog:
         self._file = await SharedAppendFile.open(path, seed=seed, trim=trim_cut_line)
         return self
 
-    async def write(self, record: FetchRecord) -> None:
-        """Append ``record``: one write, on disk (in the kernel) when this returns."""
+    async def write(self, record: FetchRecord | bytes) -> None:
+        """Append ``record`` (or its line, ``record.to_json()``, when the caller has it already):
+        one write, on disk (in the kernel) when this returns."""
         if self._file is None:
             raise ConfigError(f"{self!r} is not open: use 'async with' or await open()")
-        self._file.append(record.to_json())
+        self._file.append(record if isinstance(record, bytes) else record.to_json())
         self.written += 1
 
     async def close(self) -> None:

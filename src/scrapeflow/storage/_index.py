@@ -68,6 +68,9 @@ class LineIndex:
     def __init__(self, store: BlobStore) -> None:
         check_name("index name", self.name)
         self.store = store
+        self._fetch_ids: set[str] = set()
+        self._prefix = store.key("index", self.name)
+        self._key_what = f"{self.name} index key"
 
     def __repr__(self) -> str:
         return f"{type(self).__name__}({self.store!r})"
@@ -90,7 +93,10 @@ class LineIndex:
             raise InputError(f"fetch duration of {entry.requested_link!r} is negative")
         key = self._key(self.key_of(entry))
         line = (self.line_of(entry) + "\n").encode()
-        await self.store._backend.add_line(key, line, check_name("fetch id", entry.fetch_id))
+        fetch_id = entry.fetch_id
+        if fetch_id not in self._fetch_ids:  # a run has one: checked once, not per line
+            self._fetch_ids.add(check_name("fetch id", fetch_id))
+        await self.store._backend.add_line(key, line, fetch_id)
 
     async def lines(self, key: str) -> list[str]:
         """Every line under ``key``, each distinct line once, oldest first where known."""
@@ -104,7 +110,7 @@ class LineIndex:
         return await self.store._backend.compact_lines(self._key(key))
 
     def _key(self, key: str) -> str:
-        return self.store.key("index", self.name, check_name(f"{self.name} index key", key))
+        return f"{self._prefix}/{check_name(self._key_what, key)}"
 
 
 class ChecksumIndex(LineIndex):

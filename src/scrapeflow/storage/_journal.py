@@ -83,11 +83,14 @@ class IndexJournal:
         self._size = os.fstat(self._fd).st_size
         return self
 
-    def begin(self, record: FetchRecord) -> None:
-        """Journal ``record`` (a stored item): call before the item's first index line."""
+    def begin(self, record: FetchRecord | bytes) -> None:
+        """Journal ``record`` (a stored item): call before the item's first index line.
+
+        ``record`` may be given as its JSON line already (``record.to_json()``), which the
+        fetcher also writes to the log: encoded once, not twice."""
         if self._fd is None:
             raise StorageError(f"{self!r} is not open")
-        data = record.to_json()
+        data = record if isinstance(record, bytes) else record.to_json()
         try:
             written = os.write(self._fd, data)
         except OSError as exc:

@@ -149,8 +149,10 @@ class LocalBackend:
             return []
 
     async def add_line(self, key: str, line: bytes, tag: str) -> None:
-        path = self.local_path(key)
-        self._ensure_dir(os.path.dirname(path))
+        path = f"{self.root}/{key}"
+        directory, _, _ = path.rpartition("/")
+        if directory not in self._made_dirs:
+            self._ensure_dir(directory)
         try:
             fd = os.open(path, _APPEND, FILE_MODE)
             try:

@@ -53,9 +53,14 @@ def iso_utc(moment: datetime) -> str:
 
     A naive datetime is refused: a time without a zone cannot be put in UTC without guessing.
     """
-    if moment.tzinfo is None or moment.utcoffset() is None:
-        raise InputError(f"datetime {moment.isoformat()} has no time zone; give an aware datetime")
-    return moment.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+    if moment.tzinfo is not UTC:
+        if moment.tzinfo is None or moment.utcoffset() is None:
+            raise InputError(
+                f"datetime {moment.isoformat()} has no time zone; give an aware datetime"
+            )
+        moment = moment.astimezone(UTC)
+    # isoformat, not strftime: a fetcher writes four of these per page, and it is twice as fast.
+    return moment.isoformat(timespec="microseconds")[:-6] + "Z"
 
 
 def split_lines(data: bytes) -> list[bytes]:
@@ -110,12 +115,14 @@ class IndexEntry:
 
     def fields(self, *values: str) -> str:
         """Join ``values`` with tabs into one index line, refusing a tab or newline inside one."""
-        for value in values:
-            if _FORBIDDEN_IN_FIELD.search(value):
-                raise InputError(
-                    f"index field {value!r} of {self.requested_link!r} holds a tab or a newline"
-                )
-        return "\t".join(values)
+        line = "\t".join(values)
+        # One look at the joined line (as many tabs as joins, no line break), not one per field.
+        if line.count("\t") != len(values) - 1 or "\n" in line or "\r" in line:
+            bad = next(v for v in values if _FORBIDDEN_IN_FIELD.search(v))
+            raise InputError(
+                f"index field {bad!r} of {self.requested_link!r} holds a tab or a newline"
+            )
+        return line
 
 
 @runtime_checkable
