@@ -211,3 +211,63 @@ async def test_a_cancelled_waiter_leaves_the_slot_consistent() -> None:
         assert slot.in_flight == 0
         await asyncio.wait_for(slot.acquire(), timeout=5)  # the place is free
         assert slot.in_flight == 1
+
+
+async def test_a_lone_503_naming_no_wait_does_not_slow_the_host(limited) -> None:
+    """A 503 without ``Retry-After`` among successes is a server error, not a rate signal; two
+    in a row (no success between) are, and halve the rate as a 429 does."""
+    url, _, _ = limited
+    async with HttpClient(HttpConfig(host=HostPolicy(concurrency=4), retry=NO_RETRY)) as http:
+        slot = http.hosts.slot(url.removeprefix("http://"))
+        for n in range(3):
+            assert (await http.get(f"{url}/throttle/503")).status == 503
+            assert (await http.get(f"{url}/ok/{n}")).status == 200
+        assert (slot.limit, slot.delay) == (4.0, 0.0)
+        await http.get(f"{url}/throttle/503")
+        await http.get(f"{url}/throttle/503")
+        assert (slot.limit, slot.delay) == (2.0, 0.05)
+
+
+async def test_starts_keep_to_a_grid_whatever_the_jitter(limited) -> None:
+    """Jitter makes a start late, never early: two starts are at least delay * (1 - jitter)
+    apart, and N starts span at least (N - 1) * delay less one jitter (as the server saw)."""
+    url, recorder, _ = limited
+    policy = HostPolicy(concurrency=8, delay=0.1, jitter=0.5)
+    async with HttpClient(HttpConfig(host=policy, retry=NO_RETRY)) as http:
+        await asyncio.gather(*(http.get(f"{url}/ok/{n}") for n in range(12)))
+    arrivals = sorted(hit.arrived for hit in recorder.hits)
+    assert len(arrivals) == 12
+    assert min(b - a for a, b in itertools.pairwise(arrivals)) >= 0.1 * 0.5 * 0.9
+    assert arrivals[-1] - arrivals[0] >= (11 - 0.5) * 0.1 * 0.9
+
+
+async def test_an_idle_slot_starts_up_to_its_burst_at_once(limited) -> None:
+    """With a long delay, a fresh slot of burst 3 sends three requests straight away and holds
+    the fourth for its place on the grid; burst 1 (the default) sends one."""
+    url, recorder, _ = limited
+    for burst in (3, 1):
+        recorder.hits.clear()
+        policy = HostPolicy(concurrency=8, delay=30.0, burst=burst)
+        async with HttpClient(HttpConfig(host=policy, retry=NO_RETRY)) as http:
+            calls = [asyncio.create_task(http.get(f"{url}/ok/{n}")) for n in range(4)]
+            await until(lambda burst=burst: len(recorder.hits) >= burst)
+            await asyncio.sleep(0.3)  # time for a wrongly admitted request to arrive
+            assert len(recorder.hits) == burst
+            assert sum(call.done() for call in calls) == burst
+            for call in calls:
+                call.cancel()
+            await asyncio.gather(*calls, return_exceptions=True)
+
+
+async def test_a_retry_after_forfeits_the_saved_burst(limited) -> None:
+    """After the site said when to come back, the slot resumes at its pace, not in a burst:
+    the site counted us as too fast, whatever the client had saved."""
+    url, recorder, _ = limited
+    policy = HostPolicy(concurrency=8, delay=0.3, jitter=0.0, burst=5, adaptive=False)
+    async with HttpClient(HttpConfig(host=policy, retry=NO_RETRY)) as http:
+        assert (await http.get(f"{url}/limited")).status == 429
+        await asyncio.gather(*(http.get(f"{url}/ok/{n}") for n in range(3)))
+    (refused,) = recorder.at("/limited")
+    after = sorted(hit.arrived for hit in recorder.hits if hit is not refused)
+    assert after[0] - refused.arrived >= 0.9
+    assert min(b - a for a, b in itertools.pairwise(after)) >= 0.3 * 0.9

@@ -432,7 +432,9 @@ class HttpClient:
             # Not a CAPTCHA: sites serve them at random, to a fingerprint, to a cookie; it
             # burns the session (retired and retried), it does not say "slower". Cutting the
             # rate on each would keep an IP at half speed on a site that shows them to 5%.
-            host_slot.on_throttle(outcome.retry_after, sent_at=sent_at)
+            status = outcome.response.status if outcome.response else None
+            doubtful = status == 503 and outcome.retry_after is None
+            host_slot.on_throttle(outcome.retry_after, sent_at=sent_at, doubtful=doubtful)
         if pool is not None and proxy is not None and outcome.kind != "throttle":
             # A throttle is the site pacing this IP, not the proxy failing. A ban burns the IP.
             seconds = pool.failed(proxy, hard=outcome.kind in ("proxy", "ban"))

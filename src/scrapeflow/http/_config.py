@@ -66,8 +66,13 @@ class RetryPolicy:
 class HostPolicy:
     """Per-host (per-slot) politeness. A slot's key is ``host:port`` unless overridden.
 
-    ``delay`` is the minimum time between two requests to the host, with ``jitter`` (a
-    fraction of it, both ways). With ``adaptive``, a 429, a 503 or a ban halves the host's
+    ``delay`` paces the host's requests: they start on a grid ``delay`` apart, so the host gets
+    ``1/delay`` requests a second on average (set it from the site's rate limit). ``jitter`` (a
+    fraction of ``delay``) moves each start up to that much later than its place on the grid;
+    two starts are at least ``delay * (1 - jitter)`` apart. ``burst``: a slot left idle may
+    start up to this many requests at once when work comes back, using the places it missed
+    (a site's token bucket saves them too); 1 (the default) saves none. Keep it under the
+    site's own burst. With ``adaptive``, a 429, a 503 or a ban halves the host's
     concurrency and doubles its delay (at least ``min_backoff_delay``), and each success wins a
     little back (AIMD), never beyond the configured values. ``Retry-After`` holds the whole slot.
     """
@@ -75,6 +80,7 @@ class HostPolicy:
     concurrency: int = 16
     delay: float = 0.0
     jitter: float = 0.25
+    burst: int = 1
     adaptive: bool = True
     min_backoff_delay: float = 0.05
     max_delay: float = 30.0
@@ -86,6 +92,8 @@ class HostPolicy:
             raise ConfigError(f"per-host concurrency must be at least 1, got {self.concurrency}")
         if self.delay < 0 or not 0 <= self.jitter <= 1:
             raise ConfigError("per-host delay must be >= 0 and jitter between 0 and 1")
+        if self.burst < 1:
+            raise ConfigError(f"per-host burst must be at least 1, got {self.burst}")
 
 
 @dataclass(frozen=True, slots=True)

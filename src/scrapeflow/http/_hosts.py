@@ -1,8 +1,16 @@
 """Per-host slots: each host (or explicit key) gets its own concurrency and pacing.
 
-A slot admits at most ``limit`` requests at once and starts them at least ``delay`` apart (with
-jitter). Throttle signals (429, 503, bans) halve the limit and double the delay; successes win
-them back slowly (AIMD); ``Retry-After`` holds the whole slot. Slots idle for a while with
+A slot admits at most ``limit`` requests at once and paces their starts on a grid ``delay``
+apart: start k is due at ``delay`` after start k-1 was due, however late that one went, so the
+slot keeps ``1/delay`` requests a second on average (a site's token bucket refills at a steady
+rate too). Jitter moves a start later than its place on the grid, never earlier, and never moves
+the grid, so it costs no rate. A slot left idle keeps up to ``burst - 1`` missed places to use
+at once when work comes back (1: none; the site's own bucket saved those tokens too).
+
+Throttle signals (429, a 503 that names its wait, bans) halve the limit and double the delay;
+successes win them back slowly (AIMD); ``Retry-After`` holds the whole slot and forfeits any
+saved places. A 503 that names no wait is often one server error among successes: it slows the
+slot only when it follows another refusal with no success between. Slots idle for a while with
 nothing learnt are freed, so a crawl over a million hosts does not keep a million slots.
 """
 
@@ -30,6 +38,9 @@ class HostSlot:
         self.delay = policy.delay
         self.in_flight = 0
         self.next_start = 0.0
+        """When the next start is due on the grid (loop time)."""
+        self.refusals = 0
+        """Throttle answers (429, 503, bans) since the last success."""
         self.hold_until = 0.0
         self.last_used = 0.0
         self.cut_at = float("-inf")
@@ -58,10 +69,14 @@ class HostSlot:
                 raise
         self.in_flight += 1
         now = loop.time()
-        start = max(now, self.next_start, self.hold_until)
+        start = max(now, self.hold_until)
         if self.delay > 0:
-            jitter = self.policy.jitter
-            self.next_start = start + self.delay * (1 + self._rng.uniform(-jitter, jitter))
+            # Places missed while idle are kept up to the burst, but not across a hold: the
+            # site has just said it counts us as too fast.
+            saved_from = max(now - (self.policy.burst - 1) * self.delay, self.hold_until)
+            due = max(self.next_start, saved_from)
+            self.next_start = due + self.delay
+            start = max(start, due + self.delay * self._rng.uniform(0, self.policy.jitter))
         if start > now:
             try:
                 await asyncio.sleep(start - now)
@@ -82,6 +97,7 @@ class HostSlot:
                 return
 
     def on_success(self) -> None:
+        self.refusals = 0
         if not self.policy.adaptive or not self.learnt:
             return
         self.limit = min(float(self.policy.concurrency), self.limit + 1.0 / self.limit)
@@ -94,15 +110,28 @@ class HostSlot:
         self._wake_all_that_fit()
 
     def on_throttle(
-        self, retry_after: float | None = None, *, sent_at: float | None = None
+        self,
+        retry_after: float | None = None,
+        *,
+        sent_at: float | None = None,
+        doubtful: bool = False,
     ) -> None:
         """The host asked us to slow down (429, 503, a ban).
 
         ``sent_at`` (loop time) is when the refused request started: answers to requests sent
         before the last cut describe the old rate and do not cut again, so a burst of refusals
         halves the rate once (as TCP does once per round trip), instead of collapsing it.
+        ``doubtful`` (a 503 naming no wait) cuts only after another refusal with no success
+        between: sites answer a share of requests with random 5xx, and halving a paced slot on
+        each one kept it well under the rate the site allows (it wins back 0.1 request/s per
+        success).
         """
         now = asyncio.get_running_loop().time()
+        self.refusals += 1
+        if doubtful and self.refusals < 2:
+            return
+        # Saved places are forfeit: whatever the site counted, we were at its limit or past it.
+        self.next_start = max(self.next_start, now)
         if self.policy.adaptive and (sent_at is None or sent_at >= self.cut_at):
             self.cut_at = now
             self.limit = max(1.0, self.limit / 2)
