@@ -89,13 +89,20 @@ def store_lines(store: Path, program: str = "gofetch") -> dict[str, list[tuple[s
 
 
 def children(pid: int) -> list[tuple[int, str]]:
-    """The processes whose parent is ``pid``, each as (pid, start time) to tell a reused pid."""
-    found = []
+    """The processes descended from ``pid`` (workers are forked from a fork server, a child of
+    the run), each as (pid, start time) to tell a reused pid."""
+    parents: dict[int, list[tuple[int, str]]] = {}
     for entry in os.listdir("/proc"):
         if entry.isdigit():
             stat = _stat(int(entry))
-            if stat is not None and int(stat[1]) == pid:
-                found.append((int(entry), stat[19]))
+            if stat is not None:
+                parents.setdefault(int(stat[1]), []).append((int(entry), stat[19]))
+    found: list[tuple[int, str]] = []
+    below = [pid]
+    while below:
+        for child in parents.get(below.pop(), []):
+            found.append(child)
+            below.append(child[0])
     return found
 
 

@@ -106,7 +106,7 @@ def test_kill_9_takes_the_workers_and_a_resume_leaves_exactly_a_clean_runs_lines
     finally:
         first.finish(10)
     assert log_lines(store) < count, "the run ended before it was killed: nothing was tested"
-    assert workers, "no worker process to watch"
+    assert len(workers) >= 3, f"the fork server and two workers to watch, found {workers}"
 
     # Every process the killed run started dies with it (the kernel's parent-death signal).
     assert _survivors(workers) == []
