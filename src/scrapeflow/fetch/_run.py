@@ -114,16 +114,22 @@ class FetchRun:
         self._lock: ShardLock | None = None
         self._journal = ""
         self._finished = False
+        self._forks = False
 
     def __repr__(self) -> str:
         s = self.settings
         return f"FetchRun({s.fetch_id!r}, offset={s.offset}, limit={self.log_limit})"
 
     def __enter__(self) -> FetchRun:
-        if self.settings.processes > 1 and len(self.items) > 1:
+        self._forks = self.settings.processes > 1 and len(self.items) > 1
+        if self._forks:
             _worker_context()  # the fork server imports while this process checks and locks
-        with _sigterm_interrupts():
-            asyncio.run(self._prepare())
+        try:
+            with _sigterm_interrupts():
+                asyncio.run(self._prepare())
+        except BaseException:
+            self._stop_fork_server()
+            raise
         return self
 
     def __exit__(
@@ -132,6 +138,7 @@ class FetchRun:
         exc: BaseException | None,
         tb: TracebackType | None,
     ) -> None:
+        self._stop_fork_server()
         lock, self._lock = self._lock, None
         if lock is None:
             return
@@ -139,6 +146,16 @@ class FetchRun:
             remove_journal(self._journal)  # every item it holds has its log line
         # Every worker has exited by now (fetch() waits for them): nobody holds the lock.
         lock.release(remove=True)
+
+    def _stop_fork_server(self) -> None:
+        """Stop the fork server this run started and wait for it (its workers have exited by
+        now): a run leaves no process behind, and the workers' CPU time is counted in this
+        process's children's, as a plain child's would be."""
+        if self._forks:
+            self._forks = False
+            stop = getattr(multiprocessing.forkserver._forkserver, "_stop", None)  # 3.11-3.14
+            if stop is not None:
+                stop()
 
     async def _prepare(self) -> None:
         s = self.settings
