@@ -259,6 +259,8 @@ class HttpClient:
             pool = self._pools[country] = [
                 self.session(country=country) for _ in range(max(1, size))
             ]
+        if len(pool) == 1:  # no proxies: nothing to choose
+            return pool[0]
         self._pool_next += 1
         start, size = self._pool_next, len(pool)
         if size <= _POOL_SCAN:
@@ -493,15 +495,12 @@ class HttpClient:
                     url=redact(str(url)),
                     attempts=attempt,
                 )
-            chunks = []
-            size = 0
-            async for chunk in r.content.iter_chunked(_READ_CHUNK):
-                size += len(chunk)
-                if size > limit:
-                    raise FetchError(
-                        f"body over the {limit}-byte limit", url=redact(str(url)), attempts=attempt
-                    )
-                chunks.append(chunk)
+            if r.content_length is not None and "Content-Encoding" not in r.headers:
+                # The length is declared and within the limit, and the parser reads no byte past
+                # it: one read of the whole body, not a loop over chunks.
+                body = await r.read()
+            else:
+                body = await self._read_capped(r, url, attempt)
             if proxy is not None and _proxy_refused_login(r.status, r.headers):
                 raise aiohttp.ClientHttpProxyError(
                     _without_credentials(r.request_info),
@@ -514,11 +513,26 @@ class HttpClient:
                 url=str(r.url),
                 status=r.status,
                 headers=r.headers,
-                body=b"".join(chunks),
+                body=body,
                 elapsed=time.monotonic() - started,
                 attempts=attempt,
                 proxy=proxy_label(proxy),
             )
+
+    async def _read_capped(self, r: aiohttp.ClientResponse, url: yarl.URL, attempt: int) -> bytes:
+        """The body of an answer of unknown (chunked) or encoded length, read chunk by chunk
+        so that one over ``max_body_bytes`` is refused before it is all in memory."""
+        limit = self.config.max_body_bytes
+        chunks = []
+        size = 0
+        async for chunk in r.content.iter_chunked(_READ_CHUNK):
+            size += len(chunk)
+            if size > limit:
+                raise FetchError(
+                    f"body over the {limit}-byte limit", url=redact(str(url)), attempts=attempt
+                )
+            chunks.append(chunk)
+        return b"".join(chunks)
 
     def _judge(
         self,
