@@ -51,7 +51,7 @@ from scrapeflow.errors import (
     RetryBudgetExhausted,
 )
 from scrapeflow.http._config import IDEMPOTENT_METHODS, HttpConfig
-from scrapeflow.http._hosts import HostLimiter
+from scrapeflow.http._hosts import HostLimiter, HostSlot
 from scrapeflow.http._proxypool import ProxyPool, proxy_label
 from scrapeflow.http._session import ScrapeSession
 from scrapeflow.http._stats import Stats
@@ -265,6 +265,8 @@ class HttpClient:
         start, size = self._pool_next, len(pool)
         if size <= _POOL_SCAN:
             candidates = [pool[(start + i) % size] for i in range(size)]
+            if self.proxy_pool is not None:
+                return self.proxy_pool.least_loaded(candidates)
         else:  # the better of two picked at random: near the best, at a constant cost
             candidates = self.rng.sample(pool, 2)
         return min(candidates, key=lambda session: session.pending)
@@ -377,23 +379,10 @@ class HttpClient:
         if self._global is None:
             raise RuntimeError("use the HttpClient inside 'async with'")
         pool = self.proxy_pool
-        if pool is not None and (session.proxy is None or pool.is_quarantined(session.proxy)):
-            # Its proxy was set aside (by this session's failures or another's), or none was
-            # left when it last chose: choose again; never send directly.
-            session.rotate_proxy()
-            if session.proxy is None:
-                raise NoProxyAvailable(
-                    "no good proxy left: every proxy is quarantined or bad"
-                    + (f" (last failure: {session.last_failure})" if session.last_failure else ""),
-                    url=redact(str(url)),
-                )
-        proxy, generation = session.proxy, session.generation
-        label = proxy_label(proxy)
-        key = slot_key or (host if label is None else f"{host}@{label}")
-        host_slot = self.hosts.slot(key)
         host_stats = self.stats.host(host)
+        proxy, generation, host_slot = await self._take_place(session, host, slot_key, url)
+        label = proxy_label(proxy)
         proxy_stats = self.stats.proxy(label)
-        await host_slot.acquire()
         sent_at = asyncio.get_running_loop().time()
         started = time.monotonic()
         outcome: Response | _Outcome
@@ -430,16 +419,22 @@ class HttpClient:
         outcome.proxy, outcome.generation = label, generation
         self._count_failure(outcome, host_stats, proxy_stats)
         session.last_failure = _describe(outcome)
-        if outcome.kind in ("ban", "throttle"):
+        if outcome.kind == "throttle" or (outcome.kind == "ban" and proxy is None):
             # Not a CAPTCHA: sites serve them at random, to a fingerprint, to a cookie; it
             # burns the session (retired and retried), it does not say "slower". Cutting the
             # rate on each would keep an IP at half speed on a site that shows them to 5%.
+            # Nor a ban through a proxy: the IP is set aside, and when it comes back its next
+            # request is its re-check; a slot slowed by each ban held the requests queued for
+            # that IP for minutes.
             status = outcome.response.status if outcome.response else None
             doubtful = status == 503 and outcome.retry_after is None
             host_slot.on_throttle(outcome.retry_after, sent_at=sent_at, doubtful=doubtful)
-        if pool is not None and proxy is not None and outcome.kind != "throttle":
-            # A throttle is the site pacing this IP, not the proxy failing. A ban burns the IP.
-            seconds = pool.failed(proxy, hard=outcome.kind in ("proxy", "ban"))
+        if pool is not None and proxy is not None and outcome.kind not in ("throttle", "captcha"):
+            # A throttle is the site pacing this IP, a CAPTCHA the site judging the session
+            # (the session is retired): the proxy relayed both. At 5% CAPTCHAs, counting them
+            # set a working proxy aside for 30 s about once a run. A ban burns the IP.
+            hard = outcome.kind in ("proxy", "ban")
+            seconds = pool.failed(proxy, hard=hard, sent_at=sent_at)
             if seconds is not None:
                 _log.info("http.proxy_quarantined", proxy=label, seconds=round(seconds, 3))
         if outcome.kind in ("proxy", "timeout", "connection", "status"):
@@ -460,6 +455,38 @@ class HttpClient:
             seconds=round(elapsed, 3),
         )
         return outcome
+
+    async def _take_place(
+        self, session: ScrapeSession, host: str, slot_key: str | None, url: yarl.URL
+    ) -> tuple[str | None, int, HostSlot]:
+        """The session's proxy and generation, and a place taken in the slot of the host as
+        seen through that proxy (its exit IP is paced apart)."""
+        pool = self.proxy_pool
+        while True:
+            if pool is not None and (session.proxy is None or pool.is_quarantined(session.proxy)):
+                # Its proxy was set aside (by this session's failures or another's), or none
+                # was left when it last chose: choose again; never send directly.
+                session.rotate_proxy()
+                if session.proxy is None:
+                    raise NoProxyAvailable(
+                        "no good proxy left: every proxy is quarantined or bad"
+                        + (
+                            f" (last failure: {session.last_failure})"
+                            if session.last_failure
+                            else ""
+                        ),
+                        url=redact(str(url)),
+                    )
+            proxy, generation = session.proxy, session.generation
+            label = proxy_label(proxy)
+            host_slot = self.hosts.slot(slot_key or (host if label is None else f"{host}@{label}"))
+            await host_slot.acquire()
+            if pool is None or proxy is None or not pool.is_quarantined(proxy):
+                return proxy, generation, host_slot
+            # Set aside while this request waited for its place (a ban seen by another one):
+            # go through another IP now rather than send to a known-bad one, and give the
+            # place back, since the site never sees it.
+            host_slot.release(unused=True)
 
     async def _send(
         self,

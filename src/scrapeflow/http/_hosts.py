@@ -84,7 +84,11 @@ class HostSlot:
                 self.release()
                 raise
 
-    def release(self) -> None:
+    def release(self, *, unused: bool = False) -> None:
+        """Give the place back. ``unused``: no request went out on it, so its start on the grid
+        is given back too (the site never saw it)."""
+        if unused and self.delay > 0:
+            self.next_start -= self.delay
         self.in_flight -= 1
         self.last_used = asyncio.get_running_loop().time()
         self._wake_one()

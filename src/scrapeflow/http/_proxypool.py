@@ -2,24 +2,30 @@
 
 Wraps any ``ProxyProvider`` unchanged. A session gets the least-used good proxy (by sessions
 assigned). A proxy is quarantined after ``rotate_after`` failures in a row through it (any
-session's), or at once when it refuses the connection or gets banned; for ``quarantine`` seconds
-the first time, doubling each time it fails again after coming back (up to 30 minutes). It is
+session's; a CAPTCHA is the site judging a session, relayed by a working proxy, and is not held
+against it), or at once when it refuses the connection or gets banned; for ``quarantine``
+seconds the first time, doubling each time it fails again after coming back (up to 30 min). It is
 re-admitted when its time is up, on probation: its next use is its re-check, and one failure
 sends it back. A success clears its record. ``proxy_concurrency`` caps the requests in flight
-through one proxy.
+through one proxy. Bulk work goes to the proxy with the least in progress (``least_loaded``).
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import math
 import random
 from collections import Counter
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Sequence
+from typing import TYPE_CHECKING
 
 import yarl
 
 from scrapeflow.proxies import ProxyProvider
+
+if TYPE_CHECKING:
+    from scrapeflow.http._session import ScrapeSession
 
 __all__ = ["ProxyPool", "proxy_label"]
 
@@ -56,6 +62,8 @@ class ProxyPool:
         self.streak: Counter[str] = Counter()
         """Failures in a row through the proxy since it last worked or came back."""
         self.quarantined_until: dict[str, float] = {}
+        self.worked_at: dict[str, float] = {}
+        """When a success through the proxy last came back (loop time)."""
         self._limits: dict[str, asyncio.Semaphore] = {}
         self._rng = rng
 
@@ -81,6 +89,25 @@ class ProxyPool:
         fewest = min(self.assigned[p] for p in candidates)
         return self._rng.choice([p for p in candidates if self.assigned[p] == fewest])
 
+    def least_loaded(self, sessions: Sequence[ScrapeSession]) -> ScrapeSession:
+        """Of ``sessions``, the one to give the next piece of bulk work: on the good proxy with
+        the fewest requests in progress over all its sessions, the least busy of them (the
+        first among equals).
+
+        By proxy, not by session: CAPTCHAs move sessions about, so one proxy may hold one
+        session while another holds five; shared by session, the first got a sixth of the work
+        and its IP's rate went unused while the other's queued.
+        """
+        load: Counter[str | None] = Counter()
+        for session in sessions:
+            load[session.proxy] += session.pending
+
+        def busy(session: ScrapeSession) -> tuple[bool, int, int]:
+            set_aside = session.proxy is None or self.is_quarantined(session.proxy)
+            return set_aside, load[session.proxy], session.pending
+
+        return min(sessions, key=busy)
+
     def assign(self, proxy: str | None) -> None:
         if proxy is not None:
             self.assigned[proxy] += 1
@@ -89,14 +116,22 @@ class ProxyPool:
         if proxy is not None and self.assigned[proxy] > 0:
             self.assigned[proxy] -= 1
 
-    def failed(self, proxy: str, *, hard: bool = False) -> float | None:
+    def failed(
+        self, proxy: str, *, hard: bool = False, sent_at: float | None = None
+    ) -> float | None:
         """A failure through ``proxy``. Quarantines it when ``hard`` (refused, banned), after
         ``rotate_after`` in a row, or at once while on probation; returns the seconds then.
 
         Failures of requests that were in flight when it was set aside are not held against
-        it again: one bad moment is one strike, not one per request it caught.
+        it again: one bad moment is one strike, not one per request it caught. Nor is the
+        failure of a request sent (``sent_at``, loop time) before the proxy's last success
+        came back: that success shows it working since, so the two are not "in a row". With
+        several requests in flight a proxy's answers interleave, and a slow answer timing
+        out after newer ones succeeded made a chance streak that set a working proxy aside.
         """
         if proxy in self.quarantined_until and self.is_quarantined(proxy):
+            return None
+        if not hard and sent_at is not None and sent_at < self.worked_at.get(proxy, -math.inf):
             return None
         self.streak[proxy] += 1
         if hard or self.strikes[proxy] > 0 or self.streak[proxy] >= self.rotate_after:
@@ -117,6 +152,7 @@ class ProxyPool:
     def recovered(self, proxy: str | None) -> None:
         """A success through ``proxy``: its next failure starts the backoff afresh."""
         if proxy is not None:
+            self.worked_at[proxy] = self._now()
             self.strikes.pop(proxy, None)
             self.streak.pop(proxy, None)
 
