@@ -18,6 +18,7 @@ from aiohttp import web
 from scrapeflow.errors import Banned, CaptchaDetected, NoProxyAvailable
 from scrapeflow.http import (
     IDENTITIES,
+    HostPolicy,
     HttpClient,
     HttpConfig,
     RetryPolicy,
@@ -410,3 +411,87 @@ async def test_a_post_after_a_get_through_tinyproxy_goes_through(two_proxies) ->
             answer = await http.request("POST", f"{url}/login", session=session, data={"u": "a"})
             assert answer.text() == "welcome"
     assert posts == [{"u": "a"}] * 3
+
+
+async def test_bulk_work_is_shared_by_proxy_not_by_session(site, two_proxies) -> None:
+    """Pooled sessions gathered on one proxy (CAPTCHAs move them about) do not give it the
+    larger share of the work: each piece goes to the proxy with the least in progress."""
+    url, s, recorder = site
+    s.barrier = 8  # answers wait until all eight are in: what is in progress stays put
+    bad, good = two_proxies[BAD], two_proxies[GOOD]
+    async with HttpClient(
+        HttpConfig(retry=FAST), proxy_provider=ProxyProviderFromList([bad, good])
+    ) as http:
+        pooled = {http.pooled_session() for _ in range(4)}  # two sessions per proxy
+        next(p for p in pooled if p.proxy == good).rotate_proxy()
+        assert sorted(p.proxy == bad for p in pooled) == [False, True, True, True]
+        calls = []
+        for n in range(8):
+            session = http.pooled_session()
+            calls.append(asyncio.create_task(http.get(f"{url}/by-peer?n={n}", session=session)))
+            await asyncio.sleep(0)  # the request is counted in progress before the next
+        answers = await asyncio.gather(*calls)
+    assert [a.status for a in answers] == [200] * 8
+    assert Counter(hit.peer for hit in recorder.hits) == {BAD: 4, GOOD: 4}
+
+
+async def test_captchas_are_no_strike_against_the_proxy(site, two_proxies) -> None:
+    """A CAPTCHA is the site judging a session, and the proxy relayed it: three in a row
+    retire three sessions but do not set the proxy aside (rotate_after is 3)."""
+    url, s, recorder = site
+    s.captchas_left["thrice"] = 3
+    provider = ProxyProviderFromList([two_proxies[GOOD]])
+    async with HttpClient(HttpConfig(retry=FAST), proxy_provider=provider) as http:
+        response = await http.get(f"{url}/captcha/thrice", validate=refuse_captcha)
+        assert not http.proxy_pool.is_quarantined(two_proxies[GOOD])
+    assert (response.status, response.attempts) == (200, 4)
+    assert [hit.peer for hit in recorder.hits] == [GOOD] * 4
+
+
+async def test_requests_waiting_for_an_ip_banned_meanwhile_go_through_another(
+    site, two_proxies
+) -> None:
+    """One request at a time per IP: while the first is out, two more wait for the IP's
+    place. The first comes back banned: the two waiting go through the other IP, and the
+    banned one is not sent to again."""
+    url, s, recorder = site
+    s.status_for[BAD] = 403
+    config = HttpConfig(host=HostPolicy(concurrency=1), retry=FAST)
+    provider = ProxyProviderFromList([two_proxies[BAD], two_proxies[GOOD]])
+    async with HttpClient(config, proxy_provider=provider) as http:
+        session = on_proxy(http, two_proxies[BAD])
+        answers = await asyncio.gather(
+            *(http.get(f"{url}/by-peer?n={n}", session=session) for n in range(3))
+        )
+    assert [a.status for a in answers] == [200] * 3
+    assert Counter(hit.peer for hit in recorder.hits) == {BAD: 1, GOOD: 3}
+
+
+async def test_a_failure_sent_before_the_proxy_last_worked_is_not_in_a_row(
+    site, two_proxies
+) -> None:
+    """Requests through one proxy interleave: a 500 to a request sent before a success came
+    back does not join the failures after it, so two more 500s (rotate_after is 3) leave the
+    proxy in use."""
+    url, s, recorder = site
+    release = asyncio.Event()
+
+    async def slow_500(request: web.Request) -> web.Response:
+        await release.wait()
+        return web.Response(status=500, text="late error")
+
+    s.by_peer = slow_500  # type: ignore[method-assign]
+    good = two_proxies[GOOD]
+    config = HttpConfig(retry=RetryPolicy(attempts=1))
+    async with HttpClient(config, proxy_provider=ProxyProviderFromList([good])) as http:
+        late = asyncio.create_task(http.get(f"{url}/by-peer"))
+        await until(lambda: len(recorder.hits) == 1)  # sent, and held
+        s.captchas_left["ok"] = 0
+        assert (await http.get(f"{url}/captcha/ok")).status == 200  # the proxy works
+        release.set()
+        assert (await late).status == 500
+        del s.by_peer  # the class's handler again
+        s.status_for[GOOD] = 500
+        for _ in range(2):
+            assert (await http.get(f"{url}/by-peer")).status == 500
+        assert not http.proxy_pool.is_quarantined(good)
