@@ -87,7 +87,26 @@ async def test_url_index_line_format_and_key(target: Target, store: BlobStore) -
         f"s3://bucket/crawls/gofetch/sha384_content/{CHECKSUM}\t"
         "http://127.0.0.1:8080/feed/7.xml\tPubmed_XML"
     ]
-    assert index_keys(target, "url_sha384", key)
+    # A key per URL: under a subdirectory named by the key's first two characters.
+    assert index_keys(target, "url_sha384", f"{key[:2]}/{key}")
+    assert not index_keys(target, "url_sha384", key)
+
+
+async def test_url_index_reads_lines_a_store_wrote_before_its_fan_out(
+    target: Target, store: BlobStore
+) -> None:
+    """A store whose by-URL files were written flat (``url_sha384/{key}``) keeps them: its
+    lines are read with the ones written since, and compaction folds both."""
+    index = UrlIndex(store)
+    key = UrlIndex.key_for("http://127.0.0.1:8080/feed?id=7")
+    old = f"2024-04-01T08:00:00.000000Z\t{CHECKSUM}\tthere\thttp://127.0.0.1:8080/feed/7.xml\tRSS"
+    await store._backend.add_line(f"{PROGRAM}/index/url_sha384/{key}", (old + "\n").encode(), "1")
+    await index.add(fetch())
+
+    lines = await index.lines(key)
+    assert lines[0] == old and len(lines) == 2
+    await index.compact(key)
+    assert await index.lines(key) == lines
 
 
 async def test_an_unknown_key_has_no_lines(store: BlobStore) -> None:

@@ -4,7 +4,7 @@ Under ``{root}/{program}/``::
 
     sha384_content/{checksum}                    bodies, unchanged, stored once
     index/sha384_checksum/{checksum}             the canonical index: a line per fetch
-    index/url_sha384/{sha384 of requested URL}   the by-URL index
+    index/url_sha384/{key[:2]}/{key}             the by-URL index (key: SHA-384 of the URL)
     index/{name}/{key}.d/{fetch_id}-{time}-{id}  S3 only: index lines not yet compacted
     logs/{yyyy-mm-dd}_{fetch_id}_{offset}_{limit}  a fetch log per run, a JSON line per URL
     warc/{fetch_id}_{offset}_{limit}.warc.gz     optional WARC records (extra ``warc``)
