@@ -15,12 +15,18 @@ the rest by :func:`unusable_reason`; :func:`database_errors` turns it into a ``C
 
 from __future__ import annotations
 
-from scrapeflow.db._engine import DEFAULT_URL, create_engine, session_factory, sqlite_file
+from scrapeflow.db._engine import (
+    DEFAULT_URL,
+    create_engine,
+    session_factory,
+    sqlite_file,
+    sqlite_thread_engine,
+)
 from scrapeflow.db._errors import connection_lost, database_errors, unusable_reason
 from scrapeflow.db._migrate import alembic_config, head_revision, migrate
 from scrapeflow.db._tables import create_tables
 from scrapeflow.db._types import Money, UTCDateTime
-from scrapeflow.db._upsert import portable_statements, upsert
+from scrapeflow.db._upsert import portable_statements, upsert, upsert_sync
 
 __all__ = [
     "DEFAULT_URL",
@@ -36,6 +42,8 @@ __all__ = [
     "portable_statements",
     "session_factory",
     "sqlite_file",
+    "sqlite_thread_engine",
     "unusable_reason",
     "upsert",
+    "upsert_sync",
 ]

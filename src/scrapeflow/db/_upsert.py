@@ -11,16 +11,17 @@ pitfalls; the single writer of the write queue makes select-then-write safe.
 from __future__ import annotations
 
 import functools
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
+from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
 
-from sqlalchemy import Table, and_, false, insert, or_, select, update
+from sqlalchemy import Connection, Table, and_, false, insert, or_, select, update
 from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncSession
 from sqlalchemy.sql import ColumnElement, Executable
 
-__all__ = ["portable_statements", "upsert"]
+__all__ = ["portable_statements", "upsert", "upsert_sync"]
 
 _CHUNK = 500  # rows per statement: well under SQLite's and asyncpg's parameter limits
 _PORTABLE_CHUNK = 100  # SQL Server takes at most 2,100 parameters per statement
@@ -50,35 +51,89 @@ async def upsert(
     if not rows:
         return
     bind = session if isinstance(session, AsyncConnection) else session.get_bind()
-    dialect = bind.dialect.name
+    shape = _Shape(table, tuple(keys), touch, tuple(stamps), tuple(insert_only))
+    for statement, chunk in _chunks(bind.dialect.name, shape, rows, portable):
+        if statement is not None:
+            await session.execute(statement, chunk)
+            continue
+        found = await session.execute(select(table).where(_any_key(table, chunk, keys)))
+        for write in shape.portable(chunk, found):
+            await session.execute(write)
+
+
+def upsert_sync(
+    connection: Connection,
+    table: Table,
+    rows: Sequence[Mapping[str, Any]],
+    *,
+    keys: Sequence[str],
+    touch: str | None = None,
+    stamps: Sequence[str] = (),
+    insert_only: Sequence[str] = (),
+    portable: bool = False,
+) -> None:
+    """:func:`upsert` on a synchronous connection: the same statements, for a transaction
+    run whole in a worker thread (one hand-off for many statements)."""
+    if not rows:
+        return
+    shape = _Shape(table, tuple(keys), touch, tuple(stamps), tuple(insert_only))
+    for statement, chunk in _chunks(connection.dialect.name, shape, rows, portable):
+        if statement is not None:
+            connection.execute(statement, chunk)
+            continue
+        found = connection.execute(select(table).where(_any_key(table, chunk, keys)))
+        for write in shape.portable(chunk, found):
+            connection.execute(write)
+
+
+@dataclass(frozen=True, slots=True)
+class _Shape:
+    table: Table
+    keys: tuple[str, ...]
+    touch: str | None
+    stamps: tuple[str, ...]
+    insert_only: tuple[str, ...]
+
+    def portable(self, chunk: list[dict[str, Any]], found: Iterable[Any]) -> list[Executable]:
+        existing = {tuple(r._mapping[k] for k in self.keys): dict(r._mapping) for r in found}
+        return portable_statements(
+            self.table,
+            chunk,
+            keys=self.keys,
+            existing=existing,
+            touch=self.touch,
+            stamps=self.stamps,
+            insert_only=self.insert_only,
+        )
+
+
+def _chunks(
+    dialect: str, shape: _Shape, rows: Sequence[Mapping[str, Any]], portable: bool
+) -> Iterator[tuple[Executable | None, list[dict[str, Any]]]]:
+    """The rows stamped and cut in chunks, each with its native statement (None: portable)."""
     now = datetime.now(UTC)
+    touch = shape.touch
     stamped = [({**row, touch: now} if touch else dict(row)) for row in rows]
     native = dialect in _NATIVE and not portable
     size = _CHUNK if native else _PORTABLE_CHUNK
     for start in range(0, len(stamped), size):
         chunk = stamped[start : start + size]
-        if native:
-            # executemany of one parameterised statement: compiled once and cached, sent in
-            # batches by SQLAlchemy's "insertmanyvalues"; a VALUES list per batch would be
-            # compiled anew for each batch size.
-            columns = tuple(chunk[0])
-            statement = _on_conflict(
-                dialect, table, columns, tuple(keys), touch, tuple(stamps), tuple(insert_only)
-            )
-            await session.execute(statement, chunk)
-        else:
-            found = await session.execute(select(table).where(_any_key(table, chunk, keys)))
-            existing = {tuple(r._mapping[k] for k in keys): dict(r._mapping) for r in found}
-            for statement in portable_statements(
-                table,
-                chunk,
-                keys=keys,
-                existing=existing,
-                touch=touch,
-                stamps=stamps,
-                insert_only=insert_only,
-            ):
-                await session.execute(statement)
+        if not native:
+            yield None, chunk
+            continue
+        # executemany of one parameterised statement: compiled once and cached, sent in
+        # batches by SQLAlchemy's "insertmanyvalues"; a VALUES list per batch would be
+        # compiled anew for each batch size.
+        statement = _on_conflict(
+            dialect,
+            shape.table,
+            tuple(chunk[0]),
+            shape.keys,
+            touch,
+            shape.stamps,
+            shape.insert_only,
+        )
+        yield statement, chunk
 
 
 @functools.lru_cache(maxsize=256)
