@@ -111,8 +111,8 @@ from scrapeflow.banking._sync import (
 )
 from scrapeflow.banking._vault import KEY_FILE_ENV, KEYS_ENV, CredentialVault, VaultError
 from scrapeflow.banking._watchdog import WatchdogReport, run_watchdog
-from scrapeflow.banking._writequeue import WriteQueue, queued_writes, writers_for
-from scrapeflow.banking._writer import SqlWriter, SyncWindow, Writer
+from scrapeflow.banking._writequeue import GroupedWrite, WriteQueue, queued_writes, writers_for
+from scrapeflow.banking._writer import SqlWriter, StoredAccounts, SyncWindow, Writer
 
 __all__ = [
     "BANK_ACCESS",
@@ -145,6 +145,7 @@ __all__ = [
     "EventKind",
     "EventSink",
     "FinancialEntity",
+    "GroupedWrite",
     "IncrementalPolicy",
     "InvalidAccount",
     "LaunchEvent",
@@ -163,6 +164,7 @@ __all__ = [
     "ScrapeContext",
     "ScrapeState",
     "SqlWriter",
+    "StoredAccounts",
     "StuckReset",
     "SyncWindow",
     "VaultError",

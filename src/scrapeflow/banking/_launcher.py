@@ -50,7 +50,7 @@ from typing import Any, TypeVar
 
 from sqlalchemy import ColumnElement, select
 from sqlalchemy.exc import DBAPIError
-from sqlalchemy.ext.asyncio import AsyncEngine, AsyncSession, async_sessionmaker
+from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine, AsyncSession, async_sessionmaker
 
 from scrapeflow._util.logs import get_logger
 from scrapeflow._util.redact import redact
@@ -84,7 +84,7 @@ from scrapeflow.banking._state import (
     take_over_customer,
 )
 from scrapeflow.banking._vault import KEY_FILE_ENV, KEYS_ENV, CredentialVault
-from scrapeflow.banking._writequeue import WriteQueue, writers_for
+from scrapeflow.banking._writequeue import GroupedWrite, WriteQueue, writers_for
 from scrapeflow.banking._writer import SqlWriter, Writer
 from scrapeflow.db import create_engine, session_factory
 from scrapeflow.errors import (
@@ -232,7 +232,7 @@ class Launcher:
             self._http = HttpClient(self._http_config, proxy_provider=self._proxy_provider)
         if self._owns_http:
             await self._http.__aenter__()
-        self._queue = WriteQueue(writers=self._writers)
+        self._queue = WriteQueue(writers=self._writers, engine=self._engine)
         await self._queue.__aenter__()
         self._heartbeat = asyncio.create_task(self._beat(), name="launcher-heartbeat")
         return self
@@ -263,14 +263,19 @@ class Launcher:
         return self._sessions
 
     async def _write(self, write: Callable[[AsyncSession], Awaitable[T]]) -> T:
-        """One transaction of the launcher's own, through the write queue."""
+        """A state change of the launcher's own, through the write queue: in a transaction the
+        queue may share with other batches (group commit), all of it or nothing."""
         assert self._queue is not None
 
-        async def run() -> T:
-            async with self.sessions() as session, session.begin():
+        async def run(connection: AsyncConnection) -> T:
+            # A session on the queue's connection joins its transaction; the queue commits.
+            session = AsyncSession(bind=connection, expire_on_commit=False)
+            try:
                 return await write(session)
+            finally:
+                await session.close()
 
-        return await self._queue.submit(run)
+        return await self._queue.submit(GroupedWrite(run))
 
     async def _beat(self) -> None:
         while True:

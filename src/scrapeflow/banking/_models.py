@@ -16,7 +16,7 @@ from __future__ import annotations
 import enum
 import hashlib
 import re
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import UTC, date, datetime
 from decimal import Decimal
@@ -29,6 +29,7 @@ from sqlalchemy import (
     BigInteger,
     Boolean,
     CheckConstraint,
+    Connection,
     Date,
     Enum,
     Float,
@@ -37,11 +38,13 @@ from sqlalchemy import (
     Integer,
     LargeBinary,
     MetaData,
+    Select,
     String,
     Table,
     Unicode,
     UnicodeText,
     UniqueConstraint,
+    bindparam,
     select,
 )
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncSession
@@ -49,7 +52,7 @@ from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column, validates
 
 from scrapeflow.banking._results import ResultCode, ScrapeState
 from scrapeflow.db._types import Money, UTCDateTime
-from scrapeflow.db._upsert import upsert
+from scrapeflow.db._upsert import upsert, upsert_sync
 from scrapeflow.errors import InvalidAccount
 
 __all__ = [
@@ -68,7 +71,9 @@ __all__ = [
     "MovementRemoval",
     "movement_key",
     "upsert_accounts",
+    "upsert_accounts_sync",
     "upsert_movements",
+    "upsert_movements_sync",
     "validate_currency",
     "validate_iban",
 ]
@@ -430,7 +435,43 @@ async def upsert_accounts(
     Runs in the session's transaction; the caller commits.
     """
     records = {a.bank_ref: a for a in accounts}
-    contracts = {
+    contracts = _contract_rows(access_id, records)
+    contract_ids: dict[str, int] = {}
+    if contracts:
+        await upsert(session, _CONTRACTS, list(contracts.values()), keys=("access_id", "bank_ref"))
+        found_contracts = await session.execute(_contract_ids(access_id, contracts))
+        contract_ids = dict(found_contracts.all())
+    rows = _account_rows(access_id, records, contract_ids)
+    await upsert(session, _ACCOUNTS, rows, keys=("access_id", "bank_ref"), touch="updated_at")
+    found = await session.execute(_account_ids(access_id, records))
+    return dict(found.all())
+
+
+def upsert_accounts_sync(
+    connection: Connection, access_id: int, accounts: Iterable[AccountRecord]
+) -> dict[str, int]:
+    """:func:`upsert_accounts` on a synchronous connection (a transaction in a worker thread)."""
+    records = {a.bank_ref: a for a in accounts}
+    contracts = _contract_rows(access_id, records)
+    contract_ids: dict[str, int] = {}
+    if contracts:
+        upsert_sync(
+            connection, _CONTRACTS, list(contracts.values()), keys=("access_id", "bank_ref")
+        )
+        found_contracts = connection.execute(
+            _CONTRACT_IDS, {"access": access_id, "refs": list(contracts)}
+        )
+        contract_ids = dict(found_contracts.all())
+    rows = _account_rows(access_id, records, contract_ids)
+    upsert_sync(connection, _ACCOUNTS, rows, keys=("access_id", "bank_ref"), touch="updated_at")
+    found = connection.execute(_ACCOUNT_IDS, {"access": access_id, "refs": list(records)})
+    return dict(found.all())
+
+
+def _contract_rows(
+    access_id: int, records: Mapping[str, AccountRecord]
+) -> dict[str, dict[str, Any]]:
+    return {
         a.contract_ref: {
             "access_id": access_id,
             "bank_ref": a.contract_ref,
@@ -439,21 +480,35 @@ async def upsert_accounts(
         for a in records.values()
         if a.contract_ref
     }
-    contract_ids: dict[str, int] = {}
-    if contracts:
-        await upsert(
-            session,
-            cast(Table, Contract.__table__),
-            list(contracts.values()),
-            keys=("access_id", "bank_ref"),
-        )
-        found_contracts = await session.execute(
-            select(Contract.bank_ref, Contract.id).where(
-                Contract.access_id == access_id, Contract.bank_ref.in_(list(contracts))
-            )
-        )
-        contract_ids = dict(found_contracts.all())
-    rows = [
+
+
+def _contract_ids(access_id: int, contracts: Mapping[str, Any]) -> Select[str, int]:
+    return select(Contract.bank_ref, Contract.id).where(
+        Contract.access_id == access_id, Contract.bank_ref.in_(list(contracts))
+    )
+
+
+def _account_ids(access_id: int, records: Mapping[str, Any]) -> Select[str, int]:
+    return select(Account.bank_ref, Account.id).where(
+        Account.access_id == access_id, Account.bank_ref.in_(list(records))
+    )
+
+
+# The sync path's selects, built once (building one cost more CPU than running it).
+_CONTRACT_IDS = select(Contract.bank_ref, Contract.id).where(
+    Contract.access_id == bindparam("access"),
+    Contract.bank_ref.in_(bindparam("refs", expanding=True)),
+)
+_ACCOUNT_IDS = select(Account.bank_ref, Account.id).where(
+    Account.access_id == bindparam("access"),
+    Account.bank_ref.in_(bindparam("refs", expanding=True)),
+)
+
+
+def _account_rows(
+    access_id: int, records: Mapping[str, AccountRecord], contract_ids: Mapping[str, int]
+) -> list[dict[str, Any]]:
+    return [
         {
             "access_id": access_id,
             "bank_ref": a.bank_ref,
@@ -467,14 +522,6 @@ async def upsert_accounts(
         }
         for a in records.values()
     ]
-    table = cast(Table, Account.__table__)
-    await upsert(session, table, rows, keys=("access_id", "bank_ref"), touch="updated_at")
-    found = await session.execute(
-        select(Account.bank_ref, Account.id).where(
-            Account.access_id == access_id, Account.bank_ref.in_(list(records))
-        )
-    )
-    return dict(found.all())
 
 
 async def upsert_movements(
@@ -493,6 +540,27 @@ async def upsert_movements(
     when a batch repeats a key (scrapers' batches never do: the
     :class:`~scrapeflow.banking.AccessSink` refuses them). Runs in the caller's transaction.
     """
+    await upsert(
+        session, _MOVEMENTS, _movement_rows(account_id, movements, version), **_MOVEMENT_KEYS
+    )
+
+
+def upsert_movements_sync(
+    connection: Connection,
+    account_id: int,
+    movements: Sequence[MovementRecord],
+    *,
+    version: int = 0,
+) -> None:
+    """:func:`upsert_movements` on a synchronous connection (a transaction in a worker
+    thread)."""
+    rows = _movement_rows(account_id, movements, version)
+    upsert_sync(connection, _MOVEMENTS, rows, **_MOVEMENT_KEYS)
+
+
+def _movement_rows(
+    account_id: int, movements: Sequence[MovementRecord], version: int
+) -> list[dict[str, Any]]:
     by_key = {
         m.key: {
             "account_id": account_id,
@@ -508,13 +576,15 @@ async def upsert_movements(
         }
         for m in movements
     }
-    table = cast(Table, Movement.__table__)
-    await upsert(
-        session,
-        table,
-        list(by_key.values()),
-        keys=("account_id", "movement_key"),
-        touch="updated_at",
-        stamps=("changed_version",),
-        insert_only=("first_version",),
-    )
+    return list(by_key.values())
+
+
+_CONTRACTS = cast(Table, Contract.__table__)
+_ACCOUNTS = cast(Table, Account.__table__)
+_MOVEMENTS = cast(Table, Movement.__table__)
+_MOVEMENT_KEYS: dict[str, Any] = {
+    "keys": ("account_id", "movement_key"),
+    "touch": "updated_at",
+    "stamps": ("changed_version",),
+    "insert_only": ("first_version",),
+}

@@ -38,7 +38,7 @@ from scrapeflow.banking._models import AccountRecord, MovementRecord
 from scrapeflow.banking._results import ResultCode
 from scrapeflow.banking._vault import CredentialVault
 from scrapeflow.banking._writequeue import WriteQueue
-from scrapeflow.banking._writer import SyncWindow, Writer
+from scrapeflow.banking._writer import SqlWriter, SyncWindow, Writer
 from scrapeflow.errors import (
     AccessFailed,
     Banned,
@@ -115,6 +115,12 @@ class AccessSink:
     batch with two movements of one key is refused whole (:class:`DuplicateMovement`, the
     access ends ``site_changed``) before anything of it is written: storing it would keep one
     of the two and drop the other without a word.
+
+    With scrapeflow's :class:`SqlWriter` on the queue's own engine, batches are
+    :class:`~scrapeflow.banking.GroupedWrite` (the queue may commit several in one
+    transaction), and an accounts batch reads the accounts' sync windows as it stores them:
+    the access is claimed, so nothing else writes its movements before this scrape reads
+    them, and a window is dropped once movements of its account are written.
     """
 
     def __init__(
@@ -133,11 +139,21 @@ class AccessSink:
         self.started = time.monotonic()
         self.balances_at: float | None = None
         """Seconds from the start to the latest accounts batch landing."""
+        self._sql = (
+            writer if isinstance(writer, SqlWriter) and queue.engine is writer.engine else None
+        )
+        self._windows: dict[str, SyncWindow] = {}  # read with the accounts, used once
+        self._no_pending: set[str] = set()  # accounts whose window had no pending movement
 
     async def write_accounts(self, accounts: Sequence[AccountRecord]) -> None:
         if not accounts:
             return
-        await self.queue.submit(lambda: self.writer.write_accounts(self.access_id, accounts))
+        if self._sql is not None:
+            batch = self._sql.accounts_batch(self.access_id, accounts, windows=True)
+            stored = await self.queue.submit(batch)
+            self._windows.update(stored.windows)
+        else:
+            await self.queue.submit(lambda: self.writer.write_accounts(self.access_id, accounts))
         self.accounts += len(accounts)
         self.balances_at = time.monotonic() - self.started
         if self.on_batch is not None:
@@ -153,8 +169,21 @@ class AccessSink:
         """Store one account's movements. ``complete_since``: they are everything the bank
         lists from that day on, so stored pending ones missing from them were dropped."""
         _refuse_duplicates(account_ref, movements)
+        self._windows.pop(account_ref, None)  # what is stored changes
+        pending_stored = account_ref not in self._no_pending
+        self._no_pending.discard(account_ref)
         whole = getattr(self.writer, "write_movements_since", None)
-        if complete_since is not None and whole is not None:
+        if self._sql is not None and (complete_since is not None or movements):
+            await self.queue.submit(
+                self._sql.movements_batch(
+                    self.access_id,
+                    account_ref,
+                    movements,
+                    complete_since=complete_since,
+                    pending_stored=pending_stored,
+                )
+            )
+        elif complete_since is not None and whole is not None:
             await self.queue.submit(
                 lambda: whole(self.access_id, account_ref, movements, complete_since)
             )
@@ -167,7 +196,14 @@ class AccessSink:
             await self.on_batch(EventKind.MOVEMENTS, account_ref, len(movements))
 
     async def sync_window(self, account_ref: str) -> SyncWindow:
-        return await self.writer.sync_window(self.access_id, account_ref)
+        known = self._windows.pop(account_ref, None)
+        if known is None:
+            known = await self.writer.sync_window(self.access_id, account_ref)
+        if known.oldest_pending is None:
+            self._no_pending.add(account_ref)
+        else:
+            self._no_pending.discard(account_ref)
+        return known
 
 
 def _refuse_duplicates(account_ref: str, movements: Sequence[MovementRecord]) -> None:

@@ -7,6 +7,21 @@ has a single writer anyway, a few on a server database. A batch that fails with 
 error (deadlock, serialization failure, "database is locked", a dropped connection) is retried
 with backoff: every write is an idempotent upsert, so running it twice is harmless.
 
+**Group commit.** A queue given the engine (``WriteQueue(engine=...)``) with a single writer
+runs the :class:`GroupedWrite` batches it finds waiting — scrapeflow's own writer's batches and
+the launcher's state changes — in one transaction, up to ``group`` of them: one connection
+checkout, one ``BEGIN`` and one ``COMMIT`` for all, where each of those cost a round trip to
+SQLite's thread per batch. Every batch still lands whole or not at all, and exactly once: when
+any batch of a group fails, the group's transaction is rolled back and each of its batches runs
+again alone, in its own transaction, so the one that fails fails alone and the others land.
+What a batch remembers of what it stored (an account's row id) is kept only once its
+transaction committed (:attr:`GroupedWrite.landed`). Several writers (a server database) keep a
+transaction per batch: groups would take customers' row locks in different orders and deadlock.
+On a SQLite file, the batches that can (:attr:`GroupedWrite.run_sync`) run their transaction
+whole in a worker thread on a plain ``sqlite3`` connection: through aiosqlite each statement is
+several hand-offs between the event loop and the connection's thread, which cost more CPU than
+the statements.
+
 :func:`queued_writes` tells how many batches wait in the running queues of this process (for a
 service's metrics).
 """
@@ -17,14 +32,18 @@ import asyncio
 import random
 import weakref
 from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
 from types import TracebackType
-from typing import Any, TypeVar
+from typing import Any, Generic, TypeVar, cast
 
+from sqlalchemy import Connection, Engine
 from sqlalchemy.exc import DBAPIError, OperationalError
+from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
 from scrapeflow._util.logs import get_logger
+from scrapeflow.db import sqlite_thread_engine
 
-__all__ = ["WriteQueue", "queued_writes", "writers_for"]
+__all__ = ["GroupedWrite", "WriteQueue", "queued_writes", "writers_for"]
 
 T = TypeVar("T")
 _log = get_logger(__name__)
@@ -45,6 +64,25 @@ def writers_for(url: str) -> int:
     return 1 if url.startswith("sqlite") else 4
 
 
+@dataclass(frozen=True, slots=True)
+class GroupedWrite(Generic[T]):
+    """A batch that may share one transaction with the batches queued beside it.
+
+    ``run`` writes it on the connection it is given, inside a transaction it must neither
+    commit nor roll back; it may run more than once (alone, after its group failed), so it
+    must be idempotent. ``landed`` gets its result once its transaction committed.
+    """
+
+    run: Callable[[AsyncConnection], Awaitable[T]]
+    landed: Callable[[T], None] | None = None
+    run_sync: Callable[[Connection], T] | None = None
+    """The same write on a synchronous connection, for a transaction run in a worker thread
+    (SQLite); None: the write runs on the event loop."""
+
+
+_Item = tuple[Callable[[], Awaitable[Any]] | GroupedWrite[Any], asyncio.Future[Any]]
+
+
 def _transient(exc: BaseException) -> bool:
     if isinstance(exc, DBAPIError) and exc.connection_invalidated:
         return True
@@ -63,6 +101,9 @@ class WriteQueue:
 
     >>> async with WriteQueue(writers=1) as queue:  # doctest: +SKIP
     ...     await queue.submit(lambda: writer.write_accounts(access_id, accounts))
+
+    ``engine``: the database that :meth:`submit` runs :class:`GroupedWrite` batches on (in
+    groups of up to ``group`` with a single writer; see the module's documentation).
     """
 
     def __init__(
@@ -72,20 +113,29 @@ class WriteQueue:
         maxsize: int = 256,
         retries: int = 6,
         backoff: float = 0.05,
+        engine: AsyncEngine | None = None,
+        group: int = 64,
     ) -> None:
         if writers < 1:
             raise ValueError(f"a write queue needs at least one writer, got {writers}")
+        if group < 1:
+            raise ValueError(f"a group holds at least one batch, got {group}")
         self.writers = writers
         self.retries = retries
         self.backoff = backoff
+        self.engine = engine
+        self.group = group if writers == 1 else 1
         self.retried = 0
         self.batches = 0
-        self._queue: asyncio.Queue[
-            tuple[Callable[[], Awaitable[Any]], asyncio.Future[Any]] | None
-        ] = asyncio.Queue(maxsize)
+        self.transactions = 0
+        """Transactions that grouped batches committed (a group's, or a batch's alone)."""
+        self._queue: asyncio.Queue[_Item | None] = asyncio.Queue(maxsize)
         self._tasks: list[asyncio.Task[None]] = []
+        self._threaded: Engine | None = None  # SQLite's plain connection for whole transactions
 
     async def __aenter__(self) -> WriteQueue:
+        if self.engine is not None and self.writers == 1:
+            self._threaded = sqlite_thread_engine(self.engine)
         self._tasks = [
             asyncio.create_task(self._work(), name=f"db-writer-{n}") for n in range(self.writers)
         ]
@@ -109,50 +159,130 @@ class WriteQueue:
             await self._queue.put(None)
         await asyncio.gather(*self._tasks, return_exceptions=True)
         self._tasks = []
+        if self._threaded is not None:
+            self._threaded.dispose()
+            self._threaded = None
 
     @property
     def depth(self) -> int:
         """Batches waiting for a writer."""
         return self._queue.qsize()
 
-    async def submit(self, write: Callable[[], Awaitable[T]]) -> T:
-        """Queue ``write`` (a coroutine function) and wait until it has run; its result.
+    async def submit(self, write: Callable[[], Awaitable[T]] | GroupedWrite[T]) -> T:
+        """Queue ``write`` and wait until it has run; its result.
 
-        Waits for room when the queue is full. Raises what the write raised once its retries
-        are spent (or at once, for an error that is not transient).
+        ``write`` is a coroutine function that opens its own transaction, or a
+        :class:`GroupedWrite` that the queue runs in a transaction on its engine (shared with
+        other batches when grouping). Waits for room when the queue is full. Raises what the
+        write raised once its retries are spent (or at once, for an error that is not
+        transient).
         """
         if not self._tasks:
             raise RuntimeError("the write queue is not running: use 'async with WriteQueue()'")
+        if isinstance(write, GroupedWrite) and self.engine is None:
+            raise RuntimeError("a grouped write needs a queue given the engine to write on")
         future: asyncio.Future[T] = asyncio.get_running_loop().create_future()
         await self._queue.put((write, future))
         return await future
 
     async def _work(self) -> None:
-        while True:
-            item = await self._queue.get()
+        held: _Item | None = None  # taken while gathering a group that it cannot join
+        stopping = False
+        while not stopping:
+            item, held = (held, None) if held is not None else (await self._queue.get(), None)
             if item is None:
                 return
-            write, future = item
-            if future.cancelled():  # the submitter gave up (its scraper was cancelled)
-                continue
-            try:
-                result = await self._run(write)
-            except asyncio.CancelledError:
+            group = [item]
+            if isinstance(item[0], GroupedWrite):
+                while len(group) < self.group and not self._queue.empty():
+                    more = self._queue.get_nowait()
+                    if more is None:  # close(): this group is the last
+                        stopping = True
+                        break
+                    if not isinstance(more[0], GroupedWrite):
+                        held = more
+                        break
+                    group.append(more)
+            await self._settle(group)
+
+    async def _settle(self, items: list[_Item]) -> None:
+        """Run ``items`` (one, or a group of grouped writes) and tell each submitter."""
+        items = [(write, future) for write, future in items if not future.cancelled()]
+        if not items:  # their submitters gave up (scrapers cancelled)
+            return
+        try:
+            alone = items
+            if len(items) > 1:
+                # The thread's writes and the loop's in a transaction each: they are
+                # independent batches (one that depends on another waits for it to land).
+                alone = []
+                for part in self._parts(items):
+                    if len(part) == 1 or not await self._run_group(part):
+                        alone.extend(part)
+            for write, future in alone:
+                try:
+                    result = await self._run(write)
+                except asyncio.CancelledError:
+                    raise
+                except BaseException as exc:  # whatever a write raised, its submitter hears of it
+                    if not future.done():
+                        future.set_exception(exc)
+                else:
+                    if not future.done():
+                        future.set_result(result)
+        except asyncio.CancelledError:
+            for _, future in items:
                 if not future.done():
                     future.cancel()
-                raise
-            except BaseException as exc:  # whatever a write raised, its submitter hears of it
-                if not future.done():
-                    future.set_exception(exc)
-            else:
-                if not future.done():
-                    future.set_result(result)
+            raise
 
-    async def _run(self, write: Callable[[], Awaitable[T]]) -> T:
+    def _in_thread(self, write: object) -> bool:
+        return (
+            self._threaded is not None
+            and isinstance(write, GroupedWrite)
+            and write.run_sync is not None
+        )
+
+    def _parts(self, items: list[_Item]) -> list[list[_Item]]:
+        threaded = [item for item in items if self._in_thread(item[0])]
+        looped = [item for item in items if not self._in_thread(item[0])]
+        return [part for part in (threaded, looped) if part]
+
+    async def _run_group(self, items: list[_Item]) -> bool:
+        """Run grouped writes in one transaction; False (nothing of it stored) if one failed."""
+        writes = [write for write, _ in items if isinstance(write, GroupedWrite)]
+        try:
+            if self._in_thread(writes[0]):
+                results = await asyncio.to_thread(self._transaction_in_thread, writes)
+            else:
+                assert self.engine is not None
+                results = []
+                async with self.engine.begin() as connection:
+                    for write in writes:
+                        results.append(await write.run(connection))
+        except Exception as exc:
+            # Rolled back whole: each batch runs again alone, so the failing one fails alone.
+            _log.info("write group failed, writing its batches one by one", error=repr(exc))
+            return False
+        self.transactions += 1
+        for (_, future), write, result in zip(items, writes, results, strict=True):
+            self.batches += 1
+            if write.landed is not None:
+                write.landed(result)
+            if not future.done():
+                future.set_result(result)
+        return True
+
+    def _transaction_in_thread(self, writes: list[GroupedWrite[Any]]) -> list[Any]:
+        assert self._threaded is not None
+        with self._threaded.begin() as connection:
+            return [write.run_sync(connection) for write in writes if write.run_sync is not None]
+
+    async def _run(self, write: Callable[[], Awaitable[T]] | GroupedWrite[T]) -> T:
         attempt = 0
         while True:
             try:
-                result = await write()
+                result = await self._once(write)
             except Exception as exc:
                 if attempt >= self.retries or not _transient(exc):
                     raise
@@ -164,3 +294,18 @@ class WriteQueue:
             else:
                 self.batches += 1
                 return result
+
+    async def _once(self, write: Callable[[], Awaitable[T]] | GroupedWrite[T]) -> T:
+        if not isinstance(write, GroupedWrite):
+            return await write()
+        if self._in_thread(write):
+            results = await asyncio.to_thread(self._transaction_in_thread, [write])
+            result = cast(T, results[0])
+        else:
+            assert self.engine is not None
+            async with self.engine.begin() as connection:
+                result = await write.run(connection)
+        self.transactions += 1
+        if write.landed is not None:
+            write.landed(result)
+        return result

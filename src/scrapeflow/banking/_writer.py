@@ -8,12 +8,12 @@ must be idempotent, because a refresh re-reads an overlap window and retries fai
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import date
-from typing import Protocol, runtime_checkable
+from typing import Any, Protocol, TypeVar, runtime_checkable
 
-from sqlalchemy import delete, func, insert, select, update
+from sqlalchemy import Connection, bindparam, delete, func, insert, select, update
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine, AsyncSession, async_sessionmaker
 
 from scrapeflow.banking._models import (
@@ -24,12 +24,15 @@ from scrapeflow.banking._models import (
     Movement,
     MovementRecord,
     MovementRemoval,
-    upsert_accounts,
-    upsert_movements,
+    upsert_accounts_sync,
+    upsert_movements_sync,
 )
+from scrapeflow.banking._writequeue import GroupedWrite
 from scrapeflow.errors import InvalidAccount
 
-__all__ = ["SqlWriter", "SyncWindow", "Writer"]
+__all__ = ["SqlWriter", "StoredAccounts", "SyncWindow", "Writer"]
+
+T = TypeVar("T")
 
 
 @dataclass(frozen=True, slots=True)
@@ -40,6 +43,16 @@ class SyncWindow:
     """The operation date of the newest stored movement (None: nothing stored yet)."""
     oldest_pending: date | None = None
     """The operation date of the oldest movement still stored as pending."""
+
+
+@dataclass(frozen=True, slots=True)
+class StoredAccounts:
+    """What a batch of accounts stored: row ids, and (when asked) each one's sync window."""
+
+    ids: Mapping[str, int]
+    """Row id by ``bank_ref``."""
+    windows: Mapping[str, SyncWindow]
+    """Sync window by ``bank_ref``, read in the transaction that stored the accounts."""
 
 
 @runtime_checkable
@@ -63,7 +76,9 @@ class SqlWriter:
 
     One transaction per batch: a batch lands whole or not at all. Writes go through Core
     connections, not ORM sessions: the batches are plain upserts, and the ORM's unit of work
-    cost more CPU than the statements themselves.
+    cost more CPU than the statements themselves. Each batch is also a :class:`GroupedWrite`
+    (:meth:`accounts_batch`, :meth:`movements_batch`), so a write queue on the same engine can
+    commit several in one transaction.
     """
 
     def __init__(self, target: AsyncEngine | async_sessionmaker[AsyncSession]) -> None:
@@ -75,17 +90,12 @@ class SqlWriter:
         self._customer_ids: dict[int, int] = {}  # access -> customer row id
 
     async def write_accounts(self, access_id: int, accounts: Sequence[AccountRecord]) -> None:
-        async with self.engine.begin() as session:
-            ids = await upsert_accounts(session, access_id, accounts)
-        self._account_ids.update({(access_id, ref): id_ for ref, id_ in ids.items()})
+        await self._alone(self.accounts_batch(access_id, accounts))
 
     async def write_movements(
         self, access_id: int, account_ref: str, movements: Sequence[MovementRecord]
     ) -> None:
-        async with self.engine.begin() as session:
-            account_id = await self._account_id(session, access_id, account_ref)
-            version = await self._next_version(session, access_id)
-            await upsert_movements(session, account_id, movements, version=version)
+        await self._alone(self.movements_batch(access_id, account_ref, movements))
 
     async def write_movements_since(
         self, access_id: int, account_ref: str, movements: Sequence[MovementRecord], since: date
@@ -98,90 +108,183 @@ class SqlWriter:
         An optional capability: the launcher uses it when a writer has it, else
         ``write_movements``.
         """
-        async with self.engine.begin() as session:
-            account_id = await self._account_id(session, access_id, account_ref)
-            version = await self._next_version(session, access_id)
-            await upsert_movements(session, account_id, movements, version=version)
-            gone = (
-                await session.execute(
-                    select(Movement.id, Movement.movement_key, Movement.first_version).where(
-                        Movement.account_id == account_id,
-                        Movement.pending.is_(True),
-                        Movement.operation_date >= since,
-                        Movement.movement_key.not_in([m.key for m in movements]),
-                    )
-                )
-            ).all()
-            if not gone:
-                return 0
-            # What the sync cursor reports as removed, in the transaction that removes it.
-            await session.execute(
-                insert(MovementRemoval),
-                [
-                    {
-                        "customer_id": self._customer_ids[access_id],
-                        "account_id": account_id,
-                        "movement_key": row.movement_key,
-                        "first_version": row.first_version,
-                        "version": version,
-                    }
-                    for row in gone
-                ],
-            )
-            await session.execute(delete(Movement).where(Movement.id.in_([r.id for r in gone])))
-            return len(gone)
+        batch = self.movements_batch(access_id, account_ref, movements, complete_since=since)
+        return await self._alone(batch)
 
-    async def _next_version(self, session: AsyncConnection, access_id: int) -> int:
+    def accounts_batch(
+        self, access_id: int, accounts: Sequence[AccountRecord], *, windows: bool = False
+    ) -> GroupedWrite[StoredAccounts]:
+        """The batch of :meth:`write_accounts`, to run in a transaction the caller holds.
+
+        ``windows``: also read each account's :class:`SyncWindow`, in the same transaction and
+        one query for the batch, instead of one round trip per account later.
+        """
+
+        def run(connection: Connection) -> StoredAccounts:
+            ids = upsert_accounts_sync(connection, access_id, accounts)
+            return StoredAccounts(ids, self._windows(connection, ids) if windows else {})
+
+        def landed(stored: StoredAccounts) -> None:  # ids of rows now committed
+            self._account_ids.update({(access_id, ref): id_ for ref, id_ in stored.ids.items()})
+
+        return _grouped(run, landed)
+
+    def movements_batch(
+        self,
+        access_id: int,
+        account_ref: str,
+        movements: Sequence[MovementRecord],
+        *,
+        complete_since: date | None = None,
+        pending_stored: bool = True,
+    ) -> GroupedWrite[int]:
+        """The batch of :meth:`write_movements` (or, with ``complete_since``, of
+        :meth:`write_movements_since`), to run in a transaction the caller holds; its result is
+        how many pending movements were deleted. ``pending_stored=False`` says the account has
+        no pending movement stored (its sync window, read since under the access's claim, had
+        none), so there is none to look for."""
+        found: dict[str, int] = {}
+
+        def run(connection: Connection) -> int:
+            account_id = found["id"] = self._account_id(connection, access_id, account_ref)
+            version = self._next_version(connection, access_id)
+            upsert_movements_sync(connection, account_id, movements, version=version)
+            if complete_since is None or not pending_stored:
+                return 0
+            return self._drop_unlisted(
+                connection, access_id, account_id, movements, complete_since, version
+            )
+
+        def landed(_: int) -> None:  # an id read in a rolled-back group is not kept
+            self._account_ids[(access_id, account_ref)] = found["id"]
+
+        return _grouped(run, landed)
+
+    async def _alone(self, batch: GroupedWrite[T]) -> T:
+        async with self.engine.begin() as connection:
+            result = await batch.run(connection)
+        if batch.landed is not None:
+            batch.landed(result)
+        return result
+
+    def _drop_unlisted(
+        self,
+        connection: Connection,
+        access_id: int,
+        account_id: int,
+        movements: Sequence[MovementRecord],
+        since: date,
+        version: int,
+    ) -> int:
+        gone = connection.execute(
+            select(Movement.id, Movement.movement_key, Movement.first_version).where(
+                Movement.account_id == account_id,
+                Movement.pending.is_(True),
+                Movement.operation_date >= since,
+                Movement.movement_key.not_in([m.key for m in movements]),
+            )
+        ).all()
+        if not gone:
+            return 0
+        # What the sync cursor reports as removed, in the transaction that removes it.
+        connection.execute(
+            insert(MovementRemoval),
+            [
+                {
+                    "customer_id": self._customer_ids[access_id],
+                    "account_id": account_id,
+                    "movement_key": row.movement_key,
+                    "first_version": row.first_version,
+                    "version": version,
+                }
+                for row in gone
+            ],
+        )
+        connection.execute(delete(Movement).where(Movement.id.in_([r.id for r in gone])))
+        return len(gone)
+
+    def _next_version(self, connection: Connection, access_id: int) -> int:
         """Bump the customer's sync version in this transaction and return it. The update
         locks the customer's row until commit, so one customer's versions commit in order."""
         customer_id = self._customer_ids.get(access_id)
         if customer_id is None:
-            found = await session.scalar(select(Access.customer_id).where(Access.id == access_id))
+            found = connection.scalar(_CUSTOMER_OF, {"access": access_id})
             if found is None:
                 raise InvalidAccount(f"no access {access_id} is stored")
             customer_id = self._customer_ids[access_id] = found
-        await session.execute(
-            update(Customer)
-            .where(Customer.id == customer_id)
-            .values(sync_version=Customer.sync_version + 1)
-        )
-        version = await session.scalar(
-            select(Customer.sync_version).where(Customer.id == customer_id)
-        )
+        if connection.dialect.update_returning:  # one round trip instead of two
+            version = connection.scalar(_BUMP_RETURNING, {"customer": customer_id})
+        else:
+            connection.execute(_BUMP, {"customer": customer_id})
+            version = connection.scalar(_VERSION, {"customer": customer_id})
         return int(version or 0)
 
-    async def _account_id(self, session: AsyncConnection, access_id: int, account_ref: str) -> int:
+    def _account_id(self, connection: Connection, access_id: int, account_ref: str) -> int:
         known = self._account_ids.get((access_id, account_ref))
         if known is not None:
             return known
-        found = await session.scalar(
-            select(Account.id).where(
-                Account.access_id == access_id, Account.bank_ref == account_ref
-            )
-        )
+        found = connection.scalar(_ACCOUNT_ID, {"access": access_id, "ref": account_ref})
         if found is None:
             raise InvalidAccount(
                 f"movements for account {account_ref!r} of access {access_id}, which is not "
                 "stored: write the account first"
             )
-        self._account_ids[(access_id, account_ref)] = found
-        return found
+        return int(found)
+
+    def _windows(self, connection: Connection, ids: Mapping[str, int]) -> dict[str, SyncWindow]:
+        """The sync window of each account in ``ids`` (bank_ref -> row id), in one query."""
+        by_id = {id_: ref for ref, id_ in ids.items()}
+        windows = {ref: SyncWindow() for ref in ids}
+        if not by_id:
+            return windows
+        rows = connection.execute(_WINDOWS, {"accounts": list(by_id)})
+        for account_id, last, oldest_pending in rows:
+            windows[by_id[account_id]] = SyncWindow(last, oldest_pending)
+        return windows
 
     async def sync_window(self, access_id: int, account_ref: str) -> SyncWindow:
         async with self.engine.connect() as session:
-            account_id = await session.scalar(
-                select(Account.id).where(
-                    Account.access_id == access_id, Account.bank_ref == account_ref
-                )
-            )
-            if account_id is None:
-                return SyncWindow()
             row = (
                 await session.execute(
-                    select(
-                        func.max(Movement.operation_date),
-                        func.min(Movement.operation_date).filter(Movement.pending.is_(True)),
-                    ).where(Movement.account_id == account_id)
+                    select(*_WINDOW)
+                    .join(Account, Account.id == Movement.account_id)
+                    .where(Account.access_id == access_id, Account.bank_ref == account_ref)
                 )
             ).one()
         return SyncWindow(last_operation_date=row[0], oldest_pending=row[1])
+
+
+def _grouped(run: Callable[[Connection], T], landed: Callable[[T], None]) -> GroupedWrite[T]:
+    """A batch written by ``run``: on a worker thread's connection, or on the event loop's
+    (``AsyncConnection.run_sync``: the same statements, one code path)."""
+
+    async def on_loop(connection: AsyncConnection) -> T:
+        return await connection.run_sync(run)
+
+    return GroupedWrite(on_loop, landed, run)
+
+
+_WINDOW: tuple[Any, ...] = (
+    func.max(Movement.operation_date),
+    func.min(Movement.operation_date).filter(Movement.pending.is_(True)),
+)
+"""A sync window's two aggregates over an account's movements."""
+
+# The statements of every batch, built once: building one (coercions, clones, its cache key)
+# cost SQLAlchemy more CPU than SQLite took to run it.
+_BUMP = (
+    update(Customer)
+    .where(Customer.id == bindparam("customer"))
+    .values(sync_version=Customer.sync_version + 1)
+)
+_BUMP_RETURNING = _BUMP.returning(Customer.sync_version)
+_VERSION = select(Customer.sync_version).where(Customer.id == bindparam("customer"))
+_CUSTOMER_OF = select(Access.customer_id).where(Access.id == bindparam("access"))
+_ACCOUNT_ID = select(Account.id).where(
+    Account.access_id == bindparam("access"), Account.bank_ref == bindparam("ref")
+)
+_WINDOWS = (
+    select(Movement.account_id, *_WINDOW)
+    .where(Movement.account_id.in_(bindparam("accounts", expanding=True)))
+    .group_by(Movement.account_id)
+)
