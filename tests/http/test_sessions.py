@@ -495,3 +495,27 @@ async def test_a_failure_sent_before_the_proxy_last_worked_is_not_in_a_row(
         for _ in range(2):
             assert (await http.get(f"{url}/by-peer")).status == 500
         assert not http.proxy_pool.is_quarantined(good)
+
+
+async def test_a_proxy_left_without_sessions_gets_one_back(site, two_proxies) -> None:
+    """CAPTCHAs moved every pooled session off one proxy: the next piece of bulk work moves
+    one back there, rather than leaving that IP unused."""
+    url, s, recorder = site
+    s.barrier = 4
+    bad, good = two_proxies[BAD], two_proxies[GOOD]
+    async with HttpClient(
+        HttpConfig(retry=FAST), proxy_provider=ProxyProviderFromList([bad, good])
+    ) as http:
+        pooled = {http.pooled_session() for _ in range(4)}
+        for session in pooled:
+            if session.proxy == good:
+                session.rotate_proxy()
+        assert {session.proxy for session in pooled} == {bad}
+        calls = []
+        for n in range(4):
+            session = http.pooled_session()
+            calls.append(asyncio.create_task(http.get(f"{url}/by-peer?n={n}", session=session)))
+            await asyncio.sleep(0)
+        answers = await asyncio.gather(*calls)
+    assert [a.status for a in answers] == [200] * 4
+    assert Counter(hit.peer for hit in recorder.hits) == {BAD: 2, GOOD: 2}

@@ -98,6 +98,7 @@ class ProxyPool:
         session while another holds five; shared by session, the first got a sixth of the work
         and its IP's rate went unused while the other's queued.
         """
+        self._fill_empty(sessions)
         load: Counter[str | None] = Counter()
         for session in sessions:
             load[session.proxy] += session.pending
@@ -107,6 +108,24 @@ class ProxyPool:
             return set_aside, load[session.proxy], session.pending
 
         return min(sessions, key=busy)
+
+    def _fill_empty(self, sessions: Sequence[ScrapeSession]) -> None:
+        """A good proxy that no session uses gets one: the least busy session of the proxy
+        with the most moves there (as a session moves after repeated failures, identity and
+        cookies kept). Sessions leave a proxy when a CAPTCHA retires them; one left with none
+        got no work until another session happened to retire onto it, its IP unused."""
+        if len(sessions) < 2:
+            return
+        country = sessions[0].country
+        if not any(
+            self.assigned[p] == 0 and not self.is_quarantined(p)
+            for p in self.provider.candidates(country)
+        ):
+            return
+        crowded, count = Counter(s.proxy for s in sessions).most_common(1)[0]
+        if count > 1:
+            mover = min((s for s in sessions if s.proxy == crowded), key=lambda s: s.pending)
+            mover.rotate_proxy()  # to the least-assigned good proxy: an empty one
 
     def assign(self, proxy: str | None) -> None:
         if proxy is not None:
