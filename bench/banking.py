@@ -41,6 +41,7 @@ are skipped; every phase uses customer numbers no other phase used.
     .venv/bin/python bench/banking.py              # 10 cold runs, 200 customers (x2 configs)
     .venv/bin/python bench/banking.py --quick      # 3 cold runs, 40 customers
     .venv/bin/python bench/banking.py --postgres   # also on PostgreSQL (127.0.0.1:5432)
+    .venv/bin/python bench/banking.py --loop uvloop  # the launcher on uvloop, not asyncio's loop
 
 Exit IPs come two ways (``--proxy-kind``, default both): tinyproxy
 (``scripts/install-system-deps``; skipped when missing) and ``PipeProxies``, a byte pipe per
@@ -550,7 +551,12 @@ async def _child(spec: dict[str, Any]) -> dict[str, Any]:
 
 def child_main(spec_json: str) -> None:
     spec = json.loads(spec_json)
-    result = asyncio.run(_child(spec))
+    if spec.get("loop") == "uvloop":
+        import uvloop
+
+        result = uvloop.run(_child(spec))
+    else:
+        result = asyncio.run(_child(spec))
     print(json.dumps(result), flush=True)
 
 
@@ -797,6 +803,12 @@ def main(argv: Sequence[str] | None = None) -> None:
         help="exit IPs through tinyproxy, through this script's own pipe proxy, or both",
     )
     parser.add_argument("--postgres", action="store_true", help="also on PostgreSQL")
+    parser.add_argument(
+        "--loop",
+        choices=["asyncio", "uvloop"],
+        default="asyncio",
+        help="the launcher's event loop (asyncio: as scrapeflow bank refresh runs it)",
+    )
     parser.add_argument("--child", help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     if args.child:
@@ -828,6 +840,7 @@ def main(argv: Sequence[str] | None = None) -> None:
                 "customers": manifest["customers"],
                 "today": today.isoformat(),
             },
+            "loop": args.loop,
             "cold_runs": runs,
             "customers_at_once": many,
             "initial_days": 14,
@@ -846,6 +859,7 @@ def main(argv: Sequence[str] | None = None) -> None:
                 "db_url": db_url.replace("{dir}", str(workdir)),
                 "db_kind": "sqlite" if db_url.startswith("sqlite") else "postgresql",
                 "customers": customers,
+                "loop": args.loop,
                 "http": shipped_http,
                 "limits": shipped_limits,
                 **extra,
