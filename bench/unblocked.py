@@ -23,7 +23,7 @@ processes connect out from 127.0.0.2 .. 127.0.0.5, so the feed sees four client 
    same with browser headers and 32 requests at once, storing what it gets (``scrape``, no
    validation). The feed's ban state is reset before each.
 
-    .venv/bin/python bench/unblocked.py                 # 2,000 pages; a few minutes
+    .venv/bin/python bench/unblocked.py                                # 2,000 pages; ~4 min
     .venv/bin/python bench/unblocked.py --pages 300 --proxied-only     # a quicker look
 
 Results go to ``bench/results/unblocked.json``.
@@ -289,6 +289,9 @@ async def proxied_run(
         "banned_by_admin_at_s": None if ban_second is None else round(ban_second, 1),
         "bans_by_pace": guard.get("bans", 0),
         "rate_limited_429": guard.get("rate_limited", 0),
+        # Requests the feed counted that our client never scheduled: aiohttp sends an
+        # idempotent request again, once, when the connection drops under it.
+        "resent_by_aiohttp": guard.get("requests", 0) - totals.requests,
         "allowed_requests": round(allowed, 1),
         "allowed_per_second": round(allowed / seconds, 2),
         "ratio_to_allowed": round(len(done) / allowed, 3),
@@ -412,6 +415,10 @@ def show(report: dict[str, Any]) -> None:
     print(
         f"  bans earned by our pace: {p['bans_by_pace']} (must be 0); 429s: "
         f"{p['rate_limited_429']}; forced through the admin API: 1 ({p['banned_by_admin']})"
+    )
+    print(
+        f"  sent again by aiohttp on a dropped connection, unseen by the pacing: "
+        f"{p['resent_by_aiohttp']} (the feed dropped {p['guard'].get('dropped', 0)})"
     )
     print(
         f"  every page exactly once and real: {exact} (stored {out['stored']}, real "
