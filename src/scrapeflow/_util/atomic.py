@@ -25,6 +25,7 @@ __all__ = [
     "atomic_write_bytes",
     "file_kind",
     "make_private_dirs",
+    "pid_alive",
     "read_regular_file",
     "sweep_stale_temp_files",
     "write_new_or_replace",
@@ -162,7 +163,7 @@ def sweep_stale_temp_files(directory: Path) -> int:
             if mark < 0:
                 continue
             pid_text, _, serial = name[mark + len(TMP_MARK) :].partition("-")
-            if not (pid_text.isdigit() and serial.isdigit()) or _pid_alive(int(pid_text)):
+            if not (pid_text.isdigit() and serial.isdigit()) or pid_alive(int(pid_text)):
                 continue
             with contextlib.suppress(FileNotFoundError):
                 os.unlink(entry.path)
@@ -170,7 +171,8 @@ def sweep_stale_temp_files(directory: Path) -> int:
     return removed
 
 
-def _pid_alive(pid: int) -> bool:
+def pid_alive(pid: int) -> bool:
+    """Whether a process ``pid`` runs on this machine (this process counts)."""
     if pid == os.getpid():
         return True
     try:

@@ -49,6 +49,7 @@ from multiprocessing import reduction
 from types import FrameType, TracebackType
 from typing import Any
 
+from scrapeflow._util.atomic import pid_alive
 from scrapeflow.errors import ConfigError
 from scrapeflow.fetch._input import FetchItem
 from scrapeflow.fetch._pipeline import STOP_GRACE, FetchReport, fetch_share, redis_stream
@@ -394,23 +395,13 @@ def _die_with_parent(parent: int) -> None:
         libc.prctl(_PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
     if os.getppid() == 1:  # the fork server died before we asked: nobody will tell us
         os._exit(1)
-    if not _alive(parent):
+    if not pid_alive(parent):
         os._exit(1)
     origin = multiprocessing.parent_process()
     if origin is not None and origin.sentinel is not None:
         threading.Thread(
             target=_watch_parent, args=(origin.sentinel,), name="parent-watch", daemon=True
         ).start()
-
-
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
 
 
 def _watch_parent(sentinel: int) -> None:
