@@ -16,6 +16,7 @@ from scrapeflow.server._metrics import ServiceMetrics
 from scrapeflow.server._openapi import install_openapi
 from scrapeflow.server._problems import install_problem_handlers
 from scrapeflow.server._state import ServiceState
+from scrapeflow.server._streams import StreamDisconnects
 
 __all__ = ["create_app"]
 
@@ -81,6 +82,7 @@ def create_app(settings: Settings) -> FastAPI:
         lifespan=lifespan,
     )
     install_problem_handlers(app)
+    app.add_middleware(StreamDisconnects)  # innermost: the others see a stream that ended
     app.add_middleware(BodyLimit, max_body=settings.api_max_body)
     app.state.metrics = ServiceMetrics()
     # Added last, so outermost: it also logs and counts what BodyLimit refuses.
