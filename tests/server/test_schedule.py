@@ -64,7 +64,11 @@ def test_the_daily_run_refreshes_every_customer_once_across_a_restart(service: S
         assert body["cron"] == "* * * * *"
         assert run["planned"] == run["submitted"] == 3
         assert run["jobs"] == {"succeeded": 3}
-        assert run["fire_at"] <= run["planned_at"] <= run["due_until"]
+        # As times, not strings: "13:14:00Z" sorts after "13:14:00.164437Z" as text.
+        fire_at, planned_at, due_until = (
+            datetime.fromisoformat(run[k]) for k in ("fire_at", "planned_at", "due_until")
+        )
+        assert fire_at <= planned_at <= due_until
         assert datetime.fromisoformat(body["next_run"]) > datetime.fromisoformat(run["fire_at"])
         assert scheduled_refreshes(client) == ["cust-1", "cust-2", "cust-3"]
         status = client.get("/v1/customers/cust-1/status").json()
