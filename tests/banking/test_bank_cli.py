@@ -291,6 +291,10 @@ def test_the_watchdog_never_resets_a_live_refresh_whatever_the_limit(
             if time.monotonic() > deadline or process.poll() is not None:
                 pytest.fail("no batch landed within 30 s")
         # Between two beats, for as long as the checks take: the launcher is paused, not dead.
+        # Paused while it waits for the bank, not inside a write: SQLite has one writer, and a
+        # process stopped in its transaction holds every other writer until it resumes.
+        sandbox.sites["apibank"].guard.latency_ms = (5000.0, 5000.0)
+        time.sleep(1.0)  # the requests under way (250 ms at most) answered, their rows written
         process.send_signal(signal.SIGSTOP)
         watchdog = cli("watchdog", "--limit", "0.005", env=slow_beats)  # 0.3 s, below 10 s
         assert watchdog.returncode == 0, watchdog.stderr
