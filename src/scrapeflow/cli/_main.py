@@ -125,12 +125,35 @@ def _report(exc: Exception) -> int:
         return _print(f"{exc.format_message()} (see {command} --help)", EXIT_BAD_INPUT)
     if isinstance(exc, ScrapeflowError):
         return _print(str(exc), EXIT_BAD_INPUT)
+    if _database_locked(exc):
+        from scrapeflow.db import _engine
+
+        return _print(
+            f"the database stayed locked for {_engine.SQLITE_BUSY_TIMEOUT_MS / 1000:g} s: "
+            "another process holds its write lock (a stopped or hung scrapeflow?); "
+            "what finished is saved, run this again once that process goes on or ends",
+            EXIT_UNEXPECTED,
+        )
     # A bug or the machine: one line, its own code, not a traceback.
+    cause: BaseException = _driver_error(exc) or exc
     return _print(
-        f"unexpected {type(exc).__name__}: {redact(str(exc))} "
+        f"unexpected {type(cause).__name__}: {redact(str(cause))} "
         "(what finished is saved; --log-level DEBUG tells more)",
         EXIT_UNEXPECTED,
     )
+
+
+def _driver_error(exc: BaseException) -> BaseException | None:
+    """The database driver's own error under SQLAlchemy's, whose text adds the statement and
+    its parameters (a customer's login, say): those stay out of the message."""
+    from sqlalchemy.exc import DBAPIError
+
+    return exc.orig if isinstance(exc, DBAPIError) else None
+
+
+def _database_locked(exc: BaseException) -> bool:
+    """SQLite's busy timeout ran out: another process held the write lock all along."""
+    return "database is locked" in str(_driver_error(exc) or "")
 
 
 def _print(message: str, code: int) -> int:
