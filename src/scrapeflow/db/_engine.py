@@ -72,6 +72,9 @@ def create_engine(url: str = DEFAULT_URL, **kwargs: Any) -> AsyncEngine:
         # connections dead: handed out unchecked, each would fail its next request once (a
         # 500). A ping at checkout finds a dead one and opens a new one in its place.
         kwargs.setdefault("pool_pre_ping", True)
+    # A failed statement's error would quote its parameters (a login, a vault token, balances)
+    # into every log line and message that shows it; the statement alone says what failed.
+    kwargs.setdefault("hide_parameters", True)
     try:
         engine = _create_async_engine(parsed, **kwargs)
     except Exception as exc:  # unknown dialect, missing or sync-only driver
@@ -112,6 +115,7 @@ def sqlite_thread_engine(engine: AsyncEngine) -> Engine | None:
         pool_size=1,
         max_overflow=0,
         connect_args={"check_same_thread": False},
+        hide_parameters=engine.sync_engine.hide_parameters,
     )
     event.listen(sync, "do_connect", _create_owner_only)
     event.listen(sync, "connect", _sqlite_pragmas)
