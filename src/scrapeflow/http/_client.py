@@ -19,8 +19,8 @@ One attempt after another, ``request``:
    raises a :class:`~scrapeflow.errors.FetchError` once the retries are spent.
 
 Requests that are not idempotent (POST, PATCH) are sent once unless marked ``safe=True`` — or
-unless the attempt provably never reached the server (no connection; a body written to a pooled
-connection the other side had closed), which is retried like any other.
+unless nobody read the attempt (no connection; a pooled connection the other side had closed,
+see ``_stale``), which is sent again.
 """
 
 from __future__ import annotations
@@ -54,6 +54,8 @@ from scrapeflow.http._config import IDEMPOTENT_METHODS, HttpConfig
 from scrapeflow.http._hosts import HostLimiter, HostSlot
 from scrapeflow.http._proxypool import ProxyPool, proxy_label
 from scrapeflow.http._session import ScrapeSession
+from scrapeflow.http._stale import Sending, trace_reuse
+from scrapeflow.http._stale import stale as is_stale
 from scrapeflow.http._stats import Stats
 from scrapeflow.proxies import ProxyProvider
 
@@ -61,6 +63,11 @@ __all__ = ["HttpClient", "Response"]
 
 _log = get_logger(__name__)
 _PROXY_FAILURES = (aiohttp.ClientProxyConnectionError, aiohttp.ClientHttpProxyError)
+_STALE_RESENDS = 3
+"""Requests sent again at once, per request, after a write to a pooled connection that its
+peer had closed: aiohttp may hand out several such connections in a row."""
+_NOT_THE_PROXYS = frozenset({"throttle", "captcha", "stale"})
+"""Failures a proxy relayed or had no part in, not held against it."""
 _THROTTLE_STATUSES = frozenset({429, 503})
 _READ_CHUNK = 256 * 1024
 _POOL_SCAN = 16  # pooled sessions compared in full up to this many
@@ -122,18 +129,14 @@ class Response:
 
 def _never_sent(outcome: _Outcome) -> bool:
     """Whether the failed attempt cannot have reached the server: safe to send again, even a
-    POST. No connection could be made, or the request was written to a pooled connection the
-    server (or a proxy such as tinyproxy, which closes after each answer) had already closed."""
-    error = outcome.error
-    if isinstance(error, aiohttp.ClientConnectorError):
-        return True
-    return isinstance(error, aiohttp.ClientOSError) and "Can not write request body" in str(error)
+    POST. No connection could be made, or nobody read it (kind ``stale``, its resends spent)."""
+    return isinstance(outcome.error, aiohttp.ClientConnectorError) or outcome.unread
 
 
 class _Outcome:
     """Why an attempt did not succeed, for the retry decision."""
 
-    __slots__ = ("error", "generation", "kind", "proxy", "response", "retry_after")
+    __slots__ = ("error", "generation", "kind", "proxy", "response", "retry_after", "unread")
 
     def __init__(
         self,
@@ -142,11 +145,14 @@ class _Outcome:
         response: Response | None = None,
         error: BaseException | None = None,
         retry_after: float | None = None,
+        unread: bool = False,
     ) -> None:
         self.kind = kind
         self.response = response
         self.error = error
         self.retry_after = retry_after
+        self.unread = unread
+        """Nobody read the request (:func:`scrapeflow.http._stale.stale`)."""
         self.proxy: str | None = None  # the label of the proxy it went through
         self.generation = 0  # of the session it was sent with
 
@@ -176,6 +182,9 @@ class HttpClient:
         self._retries_spent = 0
         self._default: ScrapeSession | None = None
         self._plain: aiohttp.ClientSession | None = None
+        self.trace_configs = [trace_reuse()]
+        """Given to the aiohttp session of every session through a proxy: what
+        :class:`Sending` records."""
 
     async def __aenter__(self) -> HttpClient:
         self._connector = aiohttp.TCPConnector(limit=0, limit_per_host=0, ttl_dns_cache=300)
@@ -321,14 +330,29 @@ class HttpClient:
         retryable_method = safe or method in IDEMPOTENT_METHODS
         target = yarl.URL(url)
         host = f"{target.host}:{target.port}"
-        attempt = bans = waited_out = 0
+        attempt = bans = waited_out = resent = 0
         while True:
             attempt += 1
             outcome = await self._attempt(
-                method, target, host, session, slot, validate, retry_statuses, attempt, kwargs
+                method,
+                target,
+                host,
+                session,
+                slot,
+                validate,
+                retry_statuses,
+                attempt,
+                kwargs,
+                resend_stale=resent < _STALE_RESENDS,
             )
             if isinstance(outcome, Response):
                 return outcome
+            if outcome.kind == "stale":
+                # Nobody read it and nobody is to blame: sent again at once, on another
+                # connection, as no failed attempt. Bounded: a peer that takes connections and
+                # drops every request is a failure (kind "connection") after that.
+                resent += 1
+                continue
             if outcome.kind in ("ban", "captcha"):
                 bans += 1
                 if session.generation == outcome.generation:
@@ -346,7 +370,7 @@ class HttpClient:
                 waited_out += 1  # told when to come back: not a failed attempt
             elif (
                 not (retryable_method or _never_sent(outcome))
-                or attempt - waited_out >= policy.attempts
+                or attempt - waited_out - resent >= policy.attempts
             ):
                 return self._give_up(outcome, url, attempt)
             if policy.run_budget is not None and self._retries_spent >= policy.run_budget:
@@ -361,7 +385,7 @@ class HttpClient:
             if proxy_stats is not None:
                 proxy_stats.retries += 1
             # Waits grow with the failed attempts; a throttle waited out adds only its wait.
-            failed = max(1, attempt - waited_out)
+            failed = max(1, attempt - waited_out - resent)
             await asyncio.sleep(policy.wait(failed, self.rng, outcome.retry_after))
 
     async def _attempt(
@@ -375,7 +399,13 @@ class HttpClient:
         retry_statuses: frozenset[int],
         attempt: int,
         kwargs: dict[str, Any],
+        *,
+        resend_stale: bool,
     ) -> Response | _Outcome:
+        """One try: its response, or why it failed, charged to the proxy, session and host
+        slot it concerns. ``resend_stale``: a write to a closed pooled connection is kind
+        ``stale`` (charged to nobody, its place on the host's grid given back); else it is a
+        connection failure like any other."""
         if self._global is None:
             raise RuntimeError("use the HttpClient inside 'async with'")
         pool = self.proxy_pool
@@ -386,12 +416,14 @@ class HttpClient:
         sent_at = asyncio.get_running_loop().time()
         started = time.monotonic()
         outcome: Response | _Outcome
+        stale = False
+        sending = Sending()
         try:
             async with self._global, pool.slot(proxy) if pool else contextlib.nullcontext():
                 host_stats.requests += 1
                 if proxy_stats:
                     proxy_stats.requests += 1
-                response = await self._send(method, url, session, proxy, attempt, kwargs)
+                response = await self._send(method, url, session, proxy, attempt, sending, kwargs)
         except _PROXY_FAILURES as exc:
             outcome = _Outcome("proxy", error=exc)
         except TimeoutError as exc:
@@ -399,11 +431,13 @@ class HttpClient:
         except FetchError:
             raise
         except aiohttp.ClientError as exc:
-            outcome = _Outcome("connection", error=exc)
+            unread = is_stale(exc, sending)
+            stale = unread and resend_stale
+            outcome = _Outcome("stale" if stale else "connection", error=exc, unread=unread)
         else:
             outcome = self._judge(response, validate, retry_statuses, session)
         finally:
-            host_slot.release()
+            host_slot.release(unused=stale)
         elapsed = time.monotonic() - started
         if isinstance(outcome, Response):
             host_slot.on_success()
@@ -429,10 +463,12 @@ class HttpClient:
             status = outcome.response.status if outcome.response else None
             doubtful = status == 503 and outcome.retry_after is None
             host_slot.on_throttle(outcome.retry_after, sent_at=sent_at, doubtful=doubtful)
-        if pool is not None and proxy is not None and outcome.kind not in ("throttle", "captcha"):
+        if pool is not None and proxy is not None and outcome.kind not in _NOT_THE_PROXYS:
             # A throttle is the site pacing this IP, a CAPTCHA the site judging the session
             # (the session is retired): the proxy relayed both. At 5% CAPTCHAs, counting them
-            # set a working proxy aside for 30 s about once a run. A ban burns the IP.
+            # set a working proxy aside for 30 s about once a run. A ban burns the IP. A
+            # stale connection is nobody's failure: counted, tinyproxy (closing after every
+            # answer) was set aside after three in a row, and a launch could lose every IP.
             hard = outcome.kind in ("proxy", "ban")
             seconds = pool.failed(proxy, hard=hard, sent_at=sent_at)
             if seconds is not None:
@@ -495,12 +531,13 @@ class HttpClient:
         session: ScrapeSession,
         proxy: str | None,
         attempt: int,
+        sending: Sending,
         kwargs: dict[str, Any],
     ) -> Response:
         started = time.monotonic()
         http = session.checkout()
         try:
-            return await self._exchange(http, method, url, proxy, attempt, started, kwargs)
+            return await self._exchange(http, method, url, proxy, attempt, started, sending, kwargs)
         finally:
             await session.checkin(http)
 
@@ -512,9 +549,11 @@ class HttpClient:
         proxy: str | None,
         attempt: int,
         started: float,
+        sending: Sending,
         kwargs: dict[str, Any],
     ) -> Response:
-        async with http.request(method, url, proxy=proxy, **kwargs) as r:
+        async with http.request(method, url, proxy=proxy, trace_request_ctx=sending, **kwargs) as r:
+            sending.answered = True
             limit = self.config.max_body_bytes
             if r.content_length is not None and r.content_length > limit:
                 raise FetchError(
