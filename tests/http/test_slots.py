@@ -271,3 +271,23 @@ async def test_a_retry_after_forfeits_the_saved_burst(limited) -> None:
     after = sorted(hit.arrived for hit in recorder.hits if hit is not refused)
     assert after[0] - refused.arrived >= 0.9
     assert min(b - a for a, b in itertools.pairwise(after)) >= 0.3 * 0.9
+
+
+async def test_a_place_given_back_unused_never_puts_two_starts_on_one_instant() -> None:
+    """A request that never went out gives its start back to the grid, but only while no later
+    start was handed out: else the next one would share an instant with that later one."""
+    config = HttpConfig(host=HostPolicy(concurrency=4, delay=0.05, jitter=0.0))
+    async with HttpClient(config) as http:
+        slot = http.hosts.slot("example.invalid:80")
+        a = await slot.acquire()
+        b = await slot.acquire()
+        assert a is not None and b is not None and b - a == pytest.approx(0.05)
+        slot.release(unused=a)  # b was handed out since: a's start stays used
+        c = await slot.acquire()
+        assert c is not None and c - b == pytest.approx(0.05)
+        slot.release(unused=c)  # the last start handed out: the grid takes it back
+        d = await slot.acquire()
+        assert d is not None and d - c < 0.04  # at once (c has passed), not c + delay
+        slot.release()  # b
+        slot.release()  # d
+        assert slot.in_flight == 0

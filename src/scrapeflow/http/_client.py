@@ -20,7 +20,7 @@ One attempt after another, ``request``:
 
 Requests that are not idempotent (POST, PATCH) are sent once unless marked ``safe=True`` — or
 unless nobody read the attempt (no connection; a pooled connection the other side had closed,
-see ``_stale``), which is sent again.
+see ``_stale``), which is sent again; through a proxy they go out on a new connection.
 """
 
 from __future__ import annotations
@@ -175,6 +175,7 @@ class HttpClient:
         self.hosts = HostLimiter(self.config, self.rng)
         self.proxy_pool: ProxyPool | None = None
         self._connector: aiohttp.TCPConnector | None = None
+        self._fresh: aiohttp.TCPConnector | None = None
         self._global: asyncio.Semaphore | None = None
         self._sessions: list[ScrapeSession] = []
         self._pools: dict[str | None, list[ScrapeSession]] = {}
@@ -188,6 +189,9 @@ class HttpClient:
 
     async def __aenter__(self) -> HttpClient:
         self._connector = aiohttp.TCPConnector(limit=0, limit_per_host=0, ttl_dns_cache=300)
+        self._fresh = aiohttp.TCPConnector(
+            limit=0, limit_per_host=0, ttl_dns_cache=300, force_close=True
+        )
         self._global = asyncio.Semaphore(self.config.max_connections)
         if self.proxy_provider is not None:
             await self.proxy_provider.load()
@@ -215,15 +219,24 @@ class HttpClient:
         if self._plain is not None:
             await self._plain.close()
             self._plain = None
-        if self._connector is not None:
-            await self._connector.close()
-            self._connector = None
+        for connector in (self._connector, self._fresh):
+            if connector is not None:
+                await connector.close()
+        self._connector = self._fresh = None
 
     @property
     def connector(self) -> aiohttp.TCPConnector:
         if self._connector is None:
             raise RuntimeError("use the HttpClient inside 'async with'")
         return self._connector
+
+    @property
+    def fresh_connector(self) -> aiohttp.TCPConnector:
+        """Connections used once: a POST through a proxy goes out on a new connection, which
+        nobody can have closed before it is written (see ``_stale``)."""
+        if self._fresh is None:
+            raise RuntimeError("use the HttpClient inside 'async with'")
+        return self._fresh
 
     # -- sessions ---------------------------------------------------------------------------
 
@@ -344,6 +357,7 @@ class HttpClient:
                 attempt,
                 kwargs,
                 resend_stale=resent < _STALE_RESENDS,
+                idempotent=retryable_method,
             )
             if isinstance(outcome, Response):
                 return outcome
@@ -401,16 +415,17 @@ class HttpClient:
         kwargs: dict[str, Any],
         *,
         resend_stale: bool,
+        idempotent: bool,
     ) -> Response | _Outcome:
         """One try: its response, or why it failed, charged to the proxy, session and host
-        slot it concerns. ``resend_stale``: a write to a closed pooled connection is kind
-        ``stale`` (charged to nobody, its place on the host's grid given back); else it is a
-        connection failure like any other."""
+        slot it concerns. ``resend_stale``: a request nobody read (see ``_stale``; for an
+        ``idempotent`` one, more cases) is kind ``stale``, charged to nobody, its place on the
+        host's grid given back; else it is a connection failure like any other."""
         if self._global is None:
             raise RuntimeError("use the HttpClient inside 'async with'")
         pool = self.proxy_pool
         host_stats = self.stats.host(host)
-        proxy, generation, host_slot = await self._take_place(session, host, slot_key, url)
+        proxy, generation, host_slot, place = await self._take_place(session, host, slot_key, url)
         label = proxy_label(proxy)
         proxy_stats = self.stats.proxy(label)
         sent_at = asyncio.get_running_loop().time()
@@ -423,7 +438,11 @@ class HttpClient:
                 host_stats.requests += 1
                 if proxy_stats:
                     proxy_stats.requests += 1
-                response = await self._send(method, url, session, proxy, attempt, sending, kwargs)
+                # Not idempotent, through a proxy: on a new connection (see _stale).
+                fresh = proxy is not None and not idempotent
+                response = await self._send(
+                    method, url, session, proxy, attempt, sending, kwargs, fresh=fresh
+                )
         except _PROXY_FAILURES as exc:
             outcome = _Outcome("proxy", error=exc)
         except TimeoutError as exc:
@@ -431,13 +450,13 @@ class HttpClient:
         except FetchError:
             raise
         except aiohttp.ClientError as exc:
-            unread = is_stale(exc, sending)
+            unread = is_stale(exc, sending, idempotent=idempotent)
             stale = unread and resend_stale
             outcome = _Outcome("stale" if stale else "connection", error=exc, unread=unread)
         else:
             outcome = self._judge(response, validate, retry_statuses, session)
         finally:
-            host_slot.release(unused=stale)
+            host_slot.release(unused=place if stale else None)
         elapsed = time.monotonic() - started
         if isinstance(outcome, Response):
             host_slot.on_success()
@@ -494,9 +513,9 @@ class HttpClient:
 
     async def _take_place(
         self, session: ScrapeSession, host: str, slot_key: str | None, url: yarl.URL
-    ) -> tuple[str | None, int, HostSlot]:
+    ) -> tuple[str | None, int, HostSlot, float | None]:
         """The session's proxy and generation, and a place taken in the slot of the host as
-        seen through that proxy (its exit IP is paced apart)."""
+        seen through that proxy (its exit IP is paced apart), with its start on the grid."""
         pool = self.proxy_pool
         while True:
             if pool is not None and (session.proxy is None or pool.is_quarantined(session.proxy)):
@@ -516,13 +535,13 @@ class HttpClient:
             proxy, generation = session.proxy, session.generation
             label = proxy_label(proxy)
             host_slot = self.hosts.slot(slot_key or (host if label is None else f"{host}@{label}"))
-            await host_slot.acquire()
+            place = await host_slot.acquire()
             if pool is None or proxy is None or not pool.is_quarantined(proxy):
-                return proxy, generation, host_slot
+                return proxy, generation, host_slot, place
             # Set aside while this request waited for its place (a ban seen by another one):
             # go through another IP now rather than send to a known-bad one, and give the
             # place back, since the site never sees it.
-            host_slot.release(unused=True)
+            host_slot.release(unused=place)
 
     async def _send(
         self,
@@ -533,9 +552,11 @@ class HttpClient:
         attempt: int,
         sending: Sending,
         kwargs: dict[str, Any],
+        *,
+        fresh: bool,
     ) -> Response:
         started = time.monotonic()
-        http = session.checkout()
+        http = session.checkout(fresh=fresh)
         try:
             return await self._exchange(http, method, url, proxy, attempt, started, sending, kwargs)
         finally:
@@ -631,6 +652,8 @@ class HttpClient:
                 s.captchas += 1
             elif outcome.kind == "throttle":
                 s.throttled += 1
+            elif outcome.kind == "stale":
+                s.resent += 1
             else:
                 s.errors[outcome.kind] += 1
 

@@ -52,7 +52,9 @@ class HostSlot:
         """Whether the slot holds state worth keeping (a slowed rate, a hold)."""
         return self.limit < self.policy.concurrency or self.delay > self.policy.delay
 
-    async def acquire(self) -> None:
+    async def acquire(self) -> float | None:
+        """Wait for a place and its start on the grid; that start (None without a delay), to
+        give to :meth:`release` if no request goes out on the place."""
         loop = asyncio.get_running_loop()
         while self.in_flight >= max(1, int(self.limit)):
             waiter: asyncio.Future[None] = loop.create_future()
@@ -70,6 +72,7 @@ class HostSlot:
         self.in_flight += 1
         now = loop.time()
         start = max(now, self.hold_until)
+        due: float | None = None
         if self.delay > 0:
             # Places missed while idle are kept up to the burst, but not across a hold: the
             # site has just said it counts us as too fast.
@@ -83,12 +86,15 @@ class HostSlot:
             except BaseException:
                 self.release()
                 raise
+        return due
 
-    def release(self, *, unused: bool = False) -> None:
-        """Give the place back. ``unused``: no request went out on it, so its start on the grid
-        is given back too (the site never saw it)."""
-        if unused and self.delay > 0:
-            self.next_start -= self.delay
+    def release(self, *, unused: float | None = None) -> None:
+        """Give the place back. ``unused``: the start :meth:`acquire` gave, when no request
+        went out on the place (the site never saw it): the grid takes that start back, unless
+        a later one was handed out since (two starts would share an instant) or the grid moved
+        (a throttle, a new delay)."""
+        if unused is not None and self.next_start == unused + self.delay:
+            self.next_start = unused
         self.in_flight -= 1
         self.last_used = asyncio.get_running_loop().time()
         self._wake_one()

@@ -41,6 +41,8 @@ class ScrapeSession:
         self.identity: Identity | None = None
         self.proxy: str | None = None
         self.http: aiohttp.ClientSession = self._open(avoid_identity=None, avoid_proxy=None)
+        self._fresh: aiohttp.ClientSession | None = None
+        """The same identity and cookies on connections used once (see ``checkout``)."""
         # Requests using each aiohttp session: a retired one is closed when its last ends.
         self._users: dict[aiohttp.ClientSession, int] = {}
 
@@ -75,11 +77,27 @@ class ScrapeSession:
             trace_configs=client.trace_configs if pool is not None else None,
         )
 
-    def checkout(self) -> aiohttp.ClientSession:
-        """The aiohttp session to send one request with; give it back with ``checkin``."""
-        http = self.http
+    def checkout(self, *, fresh: bool = False) -> aiohttp.ClientSession:
+        """The aiohttp session to send one request with; give it back with ``checkin``.
+        ``fresh``: one with the same identity and cookies whose connections serve one request
+        each (the client's ``fresh_connector``)."""
+        http = self._fresh_http() if fresh else self.http
         self._users[http] = self._users.get(http, 0) + 1
         return http
+
+    def _fresh_http(self) -> aiohttp.ClientSession:
+        if self._fresh is None:
+            pooled = self.http
+            self._fresh = aiohttp.ClientSession(
+                connector=self._client.fresh_connector,
+                connector_owner=False,
+                cookie_jar=pooled.cookie_jar,
+                headers=dict(pooled.headers),
+                timeout=pooled.timeout,
+                auto_decompress=True,
+                trace_configs=pooled.trace_configs,
+            )
+        return self._fresh
 
     async def checkin(self, http: aiohttp.ClientSession) -> None:
         left = self._users.get(http, 1) - 1
@@ -87,7 +105,7 @@ class ScrapeSession:
             self._users[http] = left
             return
         self._users.pop(http, None)
-        if http is not self.http:
+        if http is not self.http and http is not self._fresh:
             await http.close()  # retired while this request was in flight
 
     def rotate_proxy(self) -> None:
@@ -106,21 +124,25 @@ class ScrapeSession:
 
     async def retire(self) -> None:
         """Start afresh after a ban: new identity, new cookies, new proxy."""
-        old_http, old_proxy = self.http, self.proxy
+        old_proxy = self.proxy
+        old = [http for http in (self.http, self._fresh) if http is not None]
         if self._client.proxy_pool is not None:
             self._client.proxy_pool.unassign(old_proxy)
         self.http = self._open(avoid_identity=self.identity, avoid_proxy=old_proxy)
+        self._fresh = None
         self.generation += 1
         self.retired += 1
         self.failures = 0
-        if old_http not in self._users:
-            await old_http.close()
+        for old_http in old:
+            if old_http not in self._users:
+                await old_http.close()
         # else: requests still in flight on it (its cookies, its headers) close it when done;
         # closing it under them would break them (the connector is shared, not theirs).
 
     async def close(self) -> None:
         if self._client.proxy_pool is not None:
             self._client.proxy_pool.unassign(self.proxy)
-        for http in [self.http, *self._users]:
+        for http in {self.http, *self._users, *([self._fresh] if self._fresh else [])}:
             await http.close()
         self._users.clear()
+        self._fresh = None

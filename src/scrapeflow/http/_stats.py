@@ -32,6 +32,9 @@ class TrafficStats:
     requests: int = 0
     ok: int = 0
     retries: int = 0
+    resent: int = 0
+    """Attempts that nobody read (a pooled connection its peer had closed), sent again at
+    once: neither a failure nor a retry."""
     bans: int = 0
     captchas: int = 0
     throttled: int = 0
@@ -61,6 +64,7 @@ class TrafficStats:
             "requests": self.requests,
             "ok": self.ok,
             "retries": self.retries,
+            "resent": self.resent,
             "bans": self.bans,
             "captchas": self.captchas,
             "throttled": self.throttled,
@@ -107,6 +111,7 @@ class Stats:
             total.requests += s.requests
             total.ok += s.ok
             total.retries += s.retries
+            total.resent += s.resent
             total.bans += s.bans
             total.captchas += s.captchas
             total.throttled += s.throttled
