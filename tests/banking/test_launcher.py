@@ -8,6 +8,7 @@ from datetime import date, timedelta
 from pathlib import Path
 
 import pytest
+import yarl
 from sqlalchemy import select, text
 
 from scrapeflow.banking import (
@@ -30,6 +31,7 @@ from scrapeflow.banking.scrapers.apibank import ApiBankScraper
 from scrapeflow.banking.scrapers.formbank import FormBankScraper
 from scrapeflow.db import create_engine, session_factory
 from scrapeflow.errors import ConfigError, InputError, RefreshInProgress, VaultError
+from scrapeflow.http import HttpClient, HttpConfig
 from scrapeflow.sandbox import Sandbox
 
 from . import _harness as h
@@ -527,3 +529,22 @@ async def test_a_scrapers_default_url_serves_when_none_is_configured(
     async with _launcher(db_url, sandbox, tmp_path, bank_urls={}) as launcher:
         report = await launcher.refresh("cust-2")
     assert report.ok and report.accesses[0].accounts > 0
+
+
+async def test_a_bank_that_declares_its_rate_limit_is_paced_at_it_not_refused(
+    db_url: str, sandbox: Sandbox, tmp_path: Path
+) -> None:
+    """The API bank's scraper declares the bank's limit (10 requests a second per client IP,
+    bursts of 20): eight of its accesses at once, about 60 requests, three times the burst, go
+    at that pace and none is refused with a 429 (each of which the bank makes wait a second)."""
+    await migrate(db_url)
+    for n in range(1, 9):
+        await _customer(db_url, sandbox, n, banks=("apibank",))
+    api = yarl.URL(sandbox.urls["apibank"])
+    async with HttpClient(HttpConfig(max_connections=400)) as http:
+        async with _launcher(db_url, sandbox, tmp_path, http=http) as launcher:
+            reports = await launcher.refresh_many([f"cust-{n}" for n in range(1, 9)])
+        traffic = http.stats.hosts[f"{api.host}:{api.port}"]
+    assert all(report.ok for report in reports)
+    assert traffic.requests > 3 * 20  # past the bank's burst: its limit was met
+    assert (traffic.throttled, traffic.ok) == (0, traffic.requests)

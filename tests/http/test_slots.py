@@ -291,3 +291,27 @@ async def test_a_place_given_back_unused_never_puts_two_starts_on_one_instant() 
         slot.release()  # b
         slot.release()  # d
         assert slot.in_flight == 0
+
+
+async def test_a_declared_site_limit_paces_its_host_unless_the_settings_say_otherwise() -> None:
+    """What a scraper declares paces the host and each exit IP's slot, one request of the burst
+    in hand; a host the settings name keeps its policy, a slower default delay stays."""
+    config = HttpConfig(
+        host=HostPolicy(concurrency=8, delay=0.0),
+        hosts={"named.example:443": HostPolicy(concurrency=2, delay=1.0)},
+    )
+    async with HttpClient(config) as http:
+        http.hosts.pace("bank.example:443", 10.0, burst=20)
+        http.hosts.pace("named.example:443", 10.0, burst=20)
+        http.hosts.pace("strict.example:443", 4.0)  # no burst at all: paced under its rate
+        bank = http.hosts.slot("bank.example:443").policy
+        via_proxy = http.hosts.slot("bank.example:443@127.0.0.2:3128").policy
+        assert (bank.delay, bank.burst, bank.concurrency) == (0.1, 19, 8)
+        assert via_proxy == bank
+        assert http.hosts.slot("named.example:443").policy == HostPolicy(concurrency=2, delay=1.0)
+        assert http.hosts.slot("strict.example:443").policy.delay == pytest.approx(0.275)
+        assert http.hosts.slot("other.example:443").policy.delay == 0.0
+    slower = HttpConfig(host=HostPolicy(delay=0.5))
+    async with HttpClient(slower) as http:
+        http.hosts.pace("bank.example:443", 10.0, burst=20)
+        assert http.hosts.slot("bank.example:443").policy.delay == 0.5

@@ -270,11 +270,19 @@ class BasicScraper(abc.ABC):
     encoding: ClassVar[str] = "utf-8"
     """The charset of the bank's pages when the server declares none (:meth:`text`). A charset
     the server declares wins; pass ``response.text(encoding)`` to override a wrong one."""
+    rate_limit: ClassVar[tuple[float, int] | None] = None
+    """The bank's own limit per client IP when known: (requests a second, burst). The bank's
+    host is then paced at it, each exit IP apart, instead of finding it by its refusals (each
+    429 a wait); HTTP settings that name the host, or a slower delay, win. None: unknown."""
 
     def __init__(self, context: ScrapeContext) -> None:
         self.context = context
         self.base_url = context.base_url.rstrip("/")
         self.http = context.http
+        if self.rate_limit is not None:
+            per_second, burst = self.rate_limit
+            url = yarl.URL(self.base_url)
+            self.http.hosts.pace(f"{url.host}:{url.port}", per_second, burst=burst)
         self.session: ScrapeSession = context.http.session()
         self.log = _log.bind(bank=self.bank, access_id=context.access_id)
         self._login_lock = asyncio.Lock()

@@ -147,13 +147,5 @@ class HttpConfig:
         if self.identities not in {"browser", "none"}:
             raise ConfigError(f"identities must be 'browser' or 'none', got {self.identities!r}")
 
-    def policy_for(self, key: str) -> HostPolicy:
-        """The policy of slot ``key``: ``host:port``, or ``host:port@proxy`` through a proxy
-        (each exit IP is paced apart, under the site's policy)."""
-        policy = self.hosts.get(key)
-        if policy is None:
-            policy = self.hosts.get(key.partition("@")[0], self.host)
-        return policy
-
     def replace(self, **changes: object) -> HttpConfig:
         return dataclasses.replace(self, **changes)  # type: ignore[arg-type]

@@ -17,9 +17,10 @@ The flow:
 
 Errors: a 401 (``invalid_token``/``token_expired``) raises :class:`SessionExpired`, so the base
 class logs in again and reruns the step; an expired cursor (400 ``invalid_cursor``) restarts that
-account's listing from ``dateFrom`` a couple of times. The bank's own rate limit (429 with
-``Retry-After``) is waited out by the HTTP layer. Any other shape (the "v3" field names of
-layout 2, an unknown account type) is a site change.
+account's listing from ``dateFrom`` a couple of times. The bank's own rate limit, 10 requests a
+second per client IP with bursts of 20, is declared (:attr:`rate_limit`): the HTTP layer paces
+each exit IP at it, and waits out a 429's ``Retry-After`` if one comes all the same. Any other
+shape (the "v3" field names of layout 2, an unknown account type) is a site change.
 """
 
 from __future__ import annotations
@@ -69,6 +70,7 @@ class ApiBankScraper(BasicScraper):
     bank = "apibank"
     title = "API Bank"
     country = "ES"
+    rate_limit = (10.0, 20)  # its API's documented limit per client IP
 
     def __init__(self, context: ScrapeContext) -> None:
         super().__init__(context)
