@@ -519,3 +519,25 @@ async def test_a_proxy_left_without_sessions_gets_one_back(site, two_proxies) ->
         answers = await asyncio.gather(*calls)
     assert [a.status for a in answers] == [200] * 4
     assert Counter(hit.peer for hit in recorder.hits) == {BAD: 2, GOOD: 2}
+
+
+@pytest.mark.parametrize("seed", [1, 2, 3])
+async def test_sessions_for_a_site_spread_evenly_over_the_proxies(seed: int) -> None:
+    """A site limits each IP apart, so its sessions spread over the proxies by their count for
+    it: customers' three banks in turn, each bank's sessions end up one apart at most."""
+    exits = [f"http://127.0.0.{n}:3128" for n in range(2, 10)]
+    sites = ("formbank:443", "apibank:443", "legacybank:443")
+    async with HttpClient(
+        HttpConfig(seed=seed), proxy_provider=ProxyProviderFromList(exits)
+    ) as http:
+        sessions = [http.session(site=site) for _ in range(50) for site in sites]
+        for site in sites:
+            per_proxy = Counter(s.proxy for s in sessions if s.site == site)
+            assert set(per_proxy) == set(exits)
+            assert max(per_proxy.values()) - min(per_proxy.values()) <= 1, (site, per_proxy)
+        everyone = Counter(s.proxy for s in sessions)
+        assert max(everyone.values()) - min(everyone.values()) <= 1  # and in all
+        for session in sessions[:30]:
+            await session.retire()  # a ban: another proxy, still spread for its site
+        moved = Counter(s.proxy for s in sessions if s.site == "apibank:443")
+        assert max(moved.values()) - min(moved.values()) <= 2

@@ -279,11 +279,13 @@ class BasicScraper(abc.ABC):
         self.context = context
         self.base_url = context.base_url.rstrip("/")
         self.http = context.http
+        url = yarl.URL(self.base_url)
+        site = f"{url.host}:{url.port}"
         if self.rate_limit is not None:
             per_second, burst = self.rate_limit
-            url = yarl.URL(self.base_url)
-            self.http.hosts.pace(f"{url.host}:{url.port}", per_second, burst=burst)
-        self.session: ScrapeSession = context.http.session()
+            self.http.hosts.pace(site, per_second, burst=burst)
+        # Its proxy: the one with the fewest sessions at this bank (which limits each IP).
+        self.session: ScrapeSession = context.http.session(site=site)
         self.log = _log.bind(bank=self.bank, access_id=context.access_id)
         self._login_lock = asyncio.Lock()
         self._login_generation = 0

@@ -240,9 +240,11 @@ class HttpClient:
 
     # -- sessions ---------------------------------------------------------------------------
 
-    def session(self, *, country: str | None = None) -> ScrapeSession:
-        """A new session: its own identity, cookies and (with a provider) proxy."""
-        session = ScrapeSession(self, country=country)
+    def session(self, *, country: str | None = None, site: str | None = None) -> ScrapeSession:
+        """A new session: its own identity, cookies and (with a provider) proxy. ``site``
+        (``host:port``): the one it is for, if one; its proxy is the good one with the fewest
+        sessions for that site (a site limits each IP apart), then the fewest in all."""
+        session = ScrapeSession(self, country=country, site=site)
         self._sessions.append(session)
         return session
 

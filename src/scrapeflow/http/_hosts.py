@@ -38,6 +38,8 @@ class HostSlot:
         self.limit = float(policy.concurrency)
         self.delay = policy.delay
         self.in_flight = 0
+        self.taken = 0
+        """Places taken since the slot was made (requests sent, and places given back)."""
         self.next_start = 0.0
         """When the next start is due on the grid (loop time)."""
         self.refusals = 0
@@ -71,6 +73,7 @@ class HostSlot:
                         self._waiters.remove(waiter)
                 raise
         self.in_flight += 1
+        self.taken += 1
         now = loop.time()
         start = max(now, self.hold_until)
         due: float | None = None

@@ -57,6 +57,8 @@ class ProxyPool:
         self.concurrency = concurrency
         self.rotate_after = rotate_after
         self.assigned: Counter[str] = Counter()
+        self.assigned_for: Counter[tuple[str, str]] = Counter()
+        """Sessions on each proxy by the site they said they are for, ``(site, proxy)``."""
         self.strikes: Counter[str] = Counter()
         """Quarantines since the proxy last worked (0: in good standing)."""
         self.streak: Counter[str] = Counter()
@@ -79,15 +81,27 @@ class ProxyPool:
             return False
         return True
 
-    def choose(self, country: str | None = None, *, avoid: str | None = None) -> str | None:
-        """The least-assigned good proxy (random among equals), or ``None`` if none is left."""
+    def choose(
+        self, country: str | None = None, *, avoid: str | None = None, site: str | None = None
+    ) -> str | None:
+        """The least-assigned good proxy (random among equals), or ``None`` if none is left.
+
+        ``site``: the one the session is for; the proxy with the fewest sessions for it comes
+        first. A site limits each IP apart: 200 bank logins spread by their total count alone
+        gave one IP 281 of the API bank's requests and another 104, and the busiest IP's share
+        at 10 a second was the batch's length."""
         candidates = [p for p in self.provider.candidates(country) if not self.is_quarantined(p)]
         if len(candidates) > 1 and avoid in candidates:
             candidates.remove(avoid)
         if not candidates:
             return None
-        fewest = min(self.assigned[p] for p in candidates)
-        return self._rng.choice([p for p in candidates if self.assigned[p] == fewest])
+
+        def load(proxy: str) -> tuple[int, int]:
+            for_site = self.assigned_for[site, proxy] if site is not None else 0
+            return for_site, self.assigned[proxy]
+
+        fewest = min(load(p) for p in candidates)
+        return self._rng.choice([p for p in candidates if load(p) == fewest])
 
     def least_loaded(self, sessions: Sequence[ScrapeSession]) -> ScrapeSession:
         """Of ``sessions``, the one to give the next piece of bulk work: on the good proxy with
@@ -127,13 +141,17 @@ class ProxyPool:
             mover = min((s for s in sessions if s.proxy == crowded), key=lambda s: s.pending)
             mover.rotate_proxy()  # to the least-assigned good proxy: an empty one
 
-    def assign(self, proxy: str | None) -> None:
+    def assign(self, proxy: str | None, site: str | None = None) -> None:
         if proxy is not None:
             self.assigned[proxy] += 1
+            if site is not None:
+                self.assigned_for[site, proxy] += 1
 
-    def unassign(self, proxy: str | None) -> None:
+    def unassign(self, proxy: str | None, site: str | None = None) -> None:
         if proxy is not None and self.assigned[proxy] > 0:
             self.assigned[proxy] -= 1
+            if site is not None and self.assigned_for[site, proxy] > 0:
+                self.assigned_for[site, proxy] -= 1
 
     def failed(
         self, proxy: str, *, hard: bool = False, sent_at: float | None = None

@@ -28,9 +28,13 @@ _ids = itertools.count(1)
 class ScrapeSession:
     """Create through ``HttpClient.session()``; pass to ``HttpClient.request(session=...)``."""
 
-    def __init__(self, client: HttpClient, *, country: str | None = None) -> None:
+    def __init__(
+        self, client: HttpClient, *, country: str | None = None, site: str | None = None
+    ) -> None:
         self.id = next(_ids)
         self.country = country
+        self.site = site
+        """The ``host:port`` the session is for, if one: proxies are spread per site."""
         self.generation = 0
         self.failures = 0
         self.retired = 0
@@ -62,8 +66,8 @@ class ScrapeSession:
             self.identity = pick_identity(client.rng, avoid=avoid_identity)
         pool = client.proxy_pool
         if pool is not None:
-            self.proxy = pool.choose(self.country, avoid=avoid_proxy)
-            pool.assign(self.proxy)
+            self.proxy = pool.choose(self.country, avoid=avoid_proxy, site=self.site)
+            pool.assign(self.proxy, self.site)
         return aiohttp.ClientSession(
             connector=client.connector,
             connector_owner=False,
@@ -117,9 +121,9 @@ class ScrapeSession:
         if pool is None:
             return
         old = self.proxy
-        pool.unassign(old)
-        self.proxy = pool.choose(self.country, avoid=old)
-        pool.assign(self.proxy)
+        pool.unassign(old, self.site)
+        self.proxy = pool.choose(self.country, avoid=old, site=self.site)
+        pool.assign(self.proxy, self.site)
         self.failures = 0
 
     async def retire(self) -> None:
@@ -127,7 +131,7 @@ class ScrapeSession:
         old_proxy = self.proxy
         old = [http for http in (self.http, self._fresh) if http is not None]
         if self._client.proxy_pool is not None:
-            self._client.proxy_pool.unassign(old_proxy)
+            self._client.proxy_pool.unassign(old_proxy, self.site)
         self.http = self._open(avoid_identity=self.identity, avoid_proxy=old_proxy)
         self._fresh = None
         self.generation += 1
@@ -141,7 +145,7 @@ class ScrapeSession:
 
     async def close(self) -> None:
         if self._client.proxy_pool is not None:
-            self._client.proxy_pool.unassign(self.proxy)
+            self._client.proxy_pool.unassign(self.proxy, self.site)
         for http in {self.http, *self._users, *([self._fresh] if self._fresh else [])}:
             await http.close()
         self._users.clear()
