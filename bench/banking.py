@@ -456,6 +456,25 @@ def _traffic_by_bank(http: Any, manifest: dict[str, Any]) -> dict[str, Any]:
     return {bank: dict(row) for bank, row in sorted(traffic.items())}
 
 
+def _machine_busy_seconds() -> float:
+    """CPU seconds all processes of the machine have used since boot (``/proc/stat``)."""
+    fields = Path("/proc/stat").read_text().split("\n", 1)[0].split()[1:]
+    user, nice, system, _idle, _iowait, irq, softirq, steal = (int(f) for f in fields[:8])
+    return (user + nice + system + irq + softirq + steal) / os.sysconf("SC_CLK_TCK")
+
+
+def _requests_per_ip(http: Any, manifest: dict[str, Any]) -> dict[str, list[int]]:
+    """Per bank, the requests each exit IP sent it, fewest first: a bank's limit is per IP,
+    so the busiest IP's share bounds its time."""
+    names = {url.split("://", 1)[1]: bank for bank, url in manifest["sites"].items()}
+    spread: dict[str, list[int]] = {}
+    for key, slot in http.hosts.slots.items():
+        host, _, proxy = key.partition("@")
+        if proxy and host in names:
+            spread.setdefault(names[host], []).append(slot.taken)
+    return {bank: sorted(counts) for bank, counts in sorted(spread.items())}
+
+
 async def _child(spec: dict[str, Any]) -> dict[str, Any]:
     from scrapeflow.banking import CredentialVault, Launcher, LaunchLimits
     from scrapeflow.http import HttpClient
@@ -523,14 +542,28 @@ async def _child(spec: dict[str, Any]) -> dict[str, Any]:
                 with contextlib.suppress(TimeoutError):
                     await asyncio.wait_for(stop.wait(), 0.1)
 
+        lags: list[float] = []
+
+        async def lag() -> None:
+            # How late a 50 ms sleep wakes: what every callback waits for the loop.
+            loop = asyncio.get_running_loop()
+            while not stop.is_set():
+                asked = loop.time()
+                await asyncio.sleep(0.05)
+                lags.append(loop.time() - asked - 0.05)
+
         sampler = asyncio.create_task(sample())
-        started = time.monotonic()
+        lagger = asyncio.create_task(lag())
+        started, machine_before = time.monotonic(), _machine_busy_seconds()
         reports = await bank_launcher.refresh_many([f"cust-{n}" for n in customers])
         total = time.monotonic() - started
+        machine = _machine_busy_seconds() - machine_before
         stop.set()
         await sampler
+        await lagger
         cpu = cpu_seconds_self() - cpu_before
         traffic = _traffic_by_bank(http, manifest)
+        per_ip = _requests_per_ip(http, manifest)
     peak = peak_rss_mb() if peak_reset else sampled_peak
     accesses = [
         _access_row(n, a) for n, rep in zip(customers, reports, strict=True) for a in rep.accesses
@@ -542,6 +575,13 @@ async def _child(spec: dict[str, Any]) -> dict[str, Any]:
         "customer_balances_seconds": [r3(rep.balances_seconds) for rep in reports],
         "accesses": accesses,
         "traffic": traffic,
+        "requests_per_ip": per_ip,
+        "machine_cores_busy": round(machine / total, 2),
+        "loop_lag_ms": {
+            "p50": r3(1000 * (percentile(lags, 0.5) or 0)),
+            "p95": r3(1000 * (percentile(lags, 0.95) or 0)),
+            "max": r3(1000 * max(lags, default=0)),
+        },
         "rss_before_mb": round(rss_before, 1),
         "peak_rss_mb": round(max(peak, sampled_peak), 1),
         "peak_rss_source": "VmHWM reset before the launch" if peak_reset else "sampled every 0.1 s",
@@ -674,6 +714,9 @@ def summarize_many(phase: Phase) -> dict[str, Any]:
         "accounts": sum(a["accounts"] for a in accesses),
         "movements": sum(a["movements"] for a in accesses),
         "traffic": res["traffic"],
+        "requests_per_ip": res.get("requests_per_ip", {}),
+        "loop_lag_ms": res.get("loop_lag_ms"),
+        "machine_cores_busy": res.get("machine_cores_busy"),
         "launcher_cpu_seconds": res["cpu_seconds"],
         "launcher_cpu_share": round(res["cpu_seconds"] / res["seconds"], 2),
         "sandbox_cpu_seconds": round(phase.sandbox_cpu_seconds, 2),
@@ -747,9 +790,15 @@ def print_many(title: str, s: dict[str, Any]) -> None:
     print(f"  result codes: {s['codes']} ({s['accounts']} accounts, {s['movements']} movements)")
     for bank, t in s["traffic"].items():
         print(f"  traffic {bank}: {t}")
+    for bank, counts in s["requests_per_ip"].items():
+        print(f"  {bank} requests per exit IP: {counts}")
+    if s["loop_lag_ms"]:
+        print(f"  launcher's event loop: a 50 ms sleep woke late by {s['loop_lag_ms']} ms")
     print(
         f"  CPU: launcher {s['launcher_cpu_seconds']} s ({s['launcher_cpu_share']} of a core), "
-        f"sandbox {s['sandbox_cpu_seconds']} s ({s['sandbox_cpu_share']} of a core)"
+        f"sandbox {s['sandbox_cpu_seconds']} s ({s['sandbox_cpu_share']} of a core); the "
+        f"machine, all processes (proxies too): {s['machine_cores_busy']} of {os.cpu_count()} "
+        "cores busy"
     )
     floor = s["rate_floor"]
     limits = ", ".join(
