@@ -8,7 +8,9 @@ server knows which one a request came through from its peer address, and answers
 from __future__ import annotations
 
 import asyncio
+import gc
 import logging
+import weakref
 from collections import Counter
 from collections.abc import AsyncIterator, Iterator
 
@@ -541,3 +543,20 @@ async def test_sessions_for_a_site_spread_evenly_over_the_proxies(seed: int) -> 
             await session.retire()  # a ban: another proxy, still spread for its site
         moved = Counter(s.proxy for s in sessions if s.site == "apibank:443")
         assert max(moved.values()) - min(moved.values()) <= 2
+
+
+async def test_a_closed_session_is_let_go_and_an_open_one_closed_with_the_client() -> None:
+    """A client shared by a service's jobs for days makes sessions without end: each one its
+    scraper closed is freed (identity, cookies, aiohttp session); one still open is closed when
+    the client is."""
+    async with HttpClient(HttpConfig()) as http:
+        sessions = [http.session() for _ in range(50)]
+        freed = [weakref.ref(session) for session in sessions]
+        for session in sessions:
+            await session.close()
+        del sessions, session
+        gc.collect()
+        assert [ref for ref in freed if ref() is not None] == []
+        still_open = http.session()
+        assert not still_open.http.closed
+    assert still_open.http.closed

@@ -177,7 +177,9 @@ class HttpClient:
         self._connector: aiohttp.TCPConnector | None = None
         self._fresh: aiohttp.TCPConnector | None = None
         self._global: asyncio.Semaphore | None = None
-        self._sessions: list[ScrapeSession] = []
+        self._sessions: set[ScrapeSession] = set()
+        """Sessions open: closed ones leave (a client shared by a service's jobs for days makes
+        thousands; each kept its identity, cookies and aiohttp session)."""
         self._pools: dict[str | None, list[ScrapeSession]] = {}
         self._pool_next = 0
         self._retries_spent = 0
@@ -213,7 +215,7 @@ class HttpClient:
         await self.aclose()
 
     async def aclose(self) -> None:
-        for session in self._sessions:
+        for session in list(self._sessions):
             await session.close()
         self._sessions.clear()
         if self._plain is not None:
@@ -245,7 +247,7 @@ class HttpClient:
         (``host:port``): the one it is for, if one; its proxy is the good one with the fewest
         sessions for that site (a site limits each IP apart), then the fewest in all."""
         session = ScrapeSession(self, country=country, site=site)
-        self._sessions.append(session)
+        self._sessions.add(session)
         return session
 
     @property

@@ -150,3 +150,4 @@ class ScrapeSession:
             await http.close()
         self._users.clear()
         self._fresh = None
+        self._client._sessions.discard(self)
