@@ -179,6 +179,35 @@ class Settings(BaseSettings):
     schedule_window: Annotated[float, Field(ge=0, le=1_440, allow_inf_nan=False)] = 120.0
     """Minutes over which a scheduled run spreads its customers' refreshes (0: all at once)."""
 
+    refresh_concurrency: Annotated[int, Field(ge=1, le=1_000)] = 4
+    """Bank refreshes and one-time codes the service runs at once: their own lane, never
+    queued behind fetch or run jobs (``job_concurrency``)."""
+    max_jobs_per_key: Annotated[int, Field(ge=1, le=1_000_000)] = 100
+    """Fetch and run jobs one API key may have queued or running; past it, 429."""
+
+    # -- what clients may hold and reach (docs/security.md) ------------------------------------
+    egress_allow: Annotated[tuple[str, ...], NoDecode] = ()
+    """Addresses the egress policy lets client-given URLs reach although their class is blocked
+    (loopback, private ranges…): CIDRs and host names, comma-separated (an on-premises webhook
+    receiver, the sandbox)."""
+    egress_proxy: str | None = None
+    """An HTTP proxy every request made for a client goes through (webhooks, fetch and run
+    jobs); unset: ``HTTPS_PROXY`` / ``HTTP_PROXY`` (minus ``NO_PROXY``) if set, else direct."""
+    max_streams_per_key: Annotated[int, Field(ge=1, le=1_000_000)] = 20
+    """Event streams one API key may hold open at once; past it, 429."""
+    max_streams: Annotated[int, Field(ge=1, le=1_000_000)] = 2_000
+    """Event streams the service holds open at once, every key together; past it, 429."""
+    forwarded_allow_ips: Annotated[tuple[str, ...], NoDecode] = ()
+    """Peers (addresses or CIDRs, comma-separated) whose ``X-Forwarded-For`` / ``Forwarded``
+    headers are believed: your reverse proxies. Unset: none, the peer's address is the client's."""
+    api_keep_alive: Seconds = 5.0
+    """Seconds an idle keep-alive connection stays open before the service closes it."""
+    api_header_timeout: Seconds = 10.0
+    """Seconds a client has to send a request's headers once it connected (or once its last
+    answer ended); past them the connection is closed (slow clients cannot hold sockets)."""
+    api_docs: bool = False
+    """Serve the interactive API docs (``/docs``, ``/redoc``); ``/openapi.json`` is always on."""
+
     # -- the bulk fetcher ----------------------------------------------------------------------
     fetch: dict[str, Any] = Field(default_factory=dict)
     """The ``[fetch]`` table of the config file, as :class:`scrapeflow.fetch.FetchSettings`
@@ -241,6 +270,43 @@ class Settings(BaseSettings):
         except (ZoneInfoNotFoundError, ValueError):
             raise ValueError("must be an IANA time zone such as 'Europe/Madrid' or 'UTC'") from None
         return value
+
+    @field_validator("egress_allow", mode="before")
+    @classmethod
+    def _parse_egress_allow(cls, value: Any) -> Any:
+        from scrapeflow.http import parse_egress_allow
+
+        items = value.split(",") if isinstance(value, str) else value
+        if isinstance(items, list | tuple):
+            return parse_egress_allow([str(item) for item in items])
+        return value
+
+    @field_validator("forwarded_allow_ips", mode="before")
+    @classmethod
+    def _parse_forwarded(cls, value: Any) -> Any:
+        import ipaddress
+
+        items = value.split(",") if isinstance(value, str) else value
+        if not isinstance(items, list | tuple):
+            return value
+        peers = tuple(str(item).strip() for item in items if str(item).strip())
+        for peer in peers:
+            if peer == "*":
+                continue
+            try:
+                ipaddress.ip_network(peer, strict=False)
+            except ValueError:
+                raise ValueError(f"{peer!r} is not an IP address or CIDR (or '*')") from None
+        return peers
+
+    @field_validator("egress_proxy")
+    @classmethod
+    def _check_egress_proxy(cls, value: str | None) -> str | None:
+        if value is None or not value.strip():
+            return None
+        if not value.startswith(("http://", "https://")):
+            raise ValueError("must be an http(s):// proxy URL")
+        return value.strip()
 
     @field_validator("identity")
     @classmethod

@@ -19,7 +19,8 @@ The tree::
     │   └── FetchError                      the HTTP layer gave up on a request (after retries)
     │       ├── FetchTimeout (TimeoutError)     no answer in time
     │       ├── ConnectionFailed (ConnectionError)  the connection failed or was dropped
-    │       │   └── NoProxyAvailable            every proxy is quarantined or bad: not sent
+    │       │   ├── NoProxyAvailable            every proxy is quarantined or bad: not sent
+    │       │   └── EgressBlocked               the egress policy refuses the address: never dialled
     │       ├── RetryBudgetExhausted            the run's retry budget is spent
     │       └── SessionError                    the session is burnt: policy "retire it, retry"
     │           └── Banned                      the site banned this identity or IP
@@ -61,6 +62,7 @@ __all__ = [
     "ConfigError",
     "ConnectionFailed",
     "DuplicateMovement",
+    "EgressBlocked",
     "FetchError",
     "FetchInProgress",
     "FetchTimeout",
@@ -192,6 +194,18 @@ class ConnectionFailed(FetchError, ConnectionError):
 
 class NoProxyAvailable(ConnectionFailed):
     """A proxy provider is set but no proxy is usable now; the request is never sent directly."""
+
+
+class EgressBlocked(ConnectionFailed):
+    """The egress policy refuses the address a client-given URL leads to (loopback, a private
+    range, link-local…): nothing was sent. ``address_class`` names the class ("loopback");
+    the message never holds anything the peer sent."""
+
+    def __init__(self, address_class: str, *, url: str = "", attempts: int = 0) -> None:
+        super().__init__(
+            f"blocked by egress policy: {address_class} address", url=url, attempts=attempts
+        )
+        self.address_class = address_class
 
 
 class RetryBudgetExhausted(FetchError):

@@ -14,6 +14,7 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 from scrapeflow.db import connection_lost
 from scrapeflow.errors import (
     ConfigError,
+    EgressBlocked,
     InputError,
     JobNotFound,
     RefreshInProgress,
@@ -92,6 +93,10 @@ def install_problem_handlers(app: FastAPI) -> None:
 
     @app.exception_handler(ScrapeflowError)
     async def _ours(request: Request, exc: ScrapeflowError) -> JSONResponse:
+        if isinstance(exc, EgressBlocked):  # a client's URL leads where the service never goes
+            return problem_response(
+                422, "egress-blocked", str(exc), address_class=exc.address_class
+            )
         if isinstance(exc, JobNotFound):
             return problem_response(404, "job-not-found", str(exc))
         if isinstance(exc, UnknownJobKind):
