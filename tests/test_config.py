@@ -16,7 +16,7 @@ DOC = Path(__file__).resolve().parents[1] / "docs" / "configuration.md"
 
 
 def _shown(default: Any) -> str:
-    if default is None or default == {}:
+    if default is None or default in ({}, ()):
         return "unset"
     if isinstance(default, Enum):
         return str(default.value)

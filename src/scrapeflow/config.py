@@ -190,7 +190,7 @@ class Settings(BaseSettings):
     """Addresses the egress policy lets client-given URLs reach although their class is blocked
     (loopback, private ranges…): CIDRs and host names, comma-separated (an on-premises webhook
     receiver, the sandbox)."""
-    egress_proxy: str | None = None
+    egress_proxy: SecretStr | None = None
     """An HTTP proxy every request made for a client goes through (webhooks, fetch and run
     jobs); unset: ``HTTPS_PROXY`` / ``HTTP_PROXY`` (minus ``NO_PROXY``) if set, else direct."""
     max_streams_per_key: Annotated[int, Field(ge=1, le=1_000_000)] = 20
@@ -301,12 +301,12 @@ class Settings(BaseSettings):
 
     @field_validator("egress_proxy")
     @classmethod
-    def _check_egress_proxy(cls, value: str | None) -> str | None:
-        if value is None or not value.strip():
+    def _check_egress_proxy(cls, value: SecretStr | None) -> SecretStr | None:
+        if value is None or not value.get_secret_value().strip():
             return None
-        if not value.startswith(("http://", "https://")):
+        if not value.get_secret_value().strip().startswith(("http://", "https://")):
             raise ValueError("must be an http(s):// proxy URL")
-        return value.strip()
+        return SecretStr(value.get_secret_value().strip())
 
     @field_validator("identity")
     @classmethod

@@ -6,6 +6,8 @@
 * sessions that keep identity, cookies and proxy together, change proxy only after repeated
   failures, and are retired on a ban or a CAPTCHA (:class:`ScrapeSession`);
 * coherent browser identities (:data:`IDENTITIES`);
+* an egress policy for client-given URLs: which address classes they may reach, checked at
+  registration and at dial time (:class:`EgressPolicy`);
 * stats per host and per proxy (:class:`Stats`), and per host for the whole process
   (:func:`process_traffic`).
 
@@ -16,6 +18,7 @@
 
 from scrapeflow.http._client import HttpClient, Response
 from scrapeflow.http._config import HostPolicy, HttpConfig, RetryPolicy
+from scrapeflow.http._egress import EgressPolicy, address_class, egress_refusal, parse_egress_allow
 from scrapeflow.http._identity import IDENTITIES, Identity, pick_identity
 from scrapeflow.http._proxypool import ProxyPool, proxy_label
 from scrapeflow.http._session import ScrapeSession
@@ -23,6 +26,7 @@ from scrapeflow.http._stats import HostTraffic, Stats, TrafficStats, process_tra
 
 __all__ = [
     "IDENTITIES",
+    "EgressPolicy",
     "HostPolicy",
     "HostTraffic",
     "HttpClient",
@@ -34,6 +38,9 @@ __all__ = [
     "ScrapeSession",
     "Stats",
     "TrafficStats",
+    "address_class",
+    "egress_refusal",
+    "parse_egress_allow",
     "pick_identity",
     "process_traffic",
     "proxy_label",

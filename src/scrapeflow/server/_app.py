@@ -10,6 +10,7 @@ from contextlib import asynccontextmanager, nullcontext
 from fastapi import FastAPI
 
 from scrapeflow.config import Settings
+from scrapeflow.http import EgressPolicy
 from scrapeflow.server._accesslog import AccessLog
 from scrapeflow.server._limits import BodyLimit
 from scrapeflow.server._metrics import ServiceMetrics
@@ -65,6 +66,7 @@ def create_app(settings: Settings) -> FastAPI:
                     queue=queue,
                     events=events,
                     webhooks=webhooks,
+                    egress=EgressPolicy.from_settings(settings),
                     scheduler=scheduler,
                 )
                 async with (

@@ -10,6 +10,7 @@ from dataclasses import dataclass, field
 from sqlalchemy.ext.asyncio import AsyncEngine, AsyncSession, async_sessionmaker
 
 from scrapeflow.config import Settings
+from scrapeflow.http import EgressPolicy
 from scrapeflow.jobs import JobQueue, Scheduler
 from scrapeflow.server._events import EventLog
 from scrapeflow.server._webhooks import Webhooks
@@ -53,6 +54,8 @@ class ServiceState:
     queue: JobQueue
     events: EventLog
     webhooks: Webhooks
+    egress: EgressPolicy = field(default_factory=EgressPolicy)
+    """Where client-given URLs may lead (webhooks, fetch and run jobs): checked at submission."""
     scheduler: Scheduler | None = None
     """The daily refresh of every customer (None when the ``schedule`` setting is off)."""
     failures: AuthFailures = field(default_factory=AuthFailures)
