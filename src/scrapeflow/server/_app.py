@@ -36,6 +36,7 @@ def create_app(settings: Settings) -> FastAPI:
         from scrapeflow.server._courier import Courier
         from scrapeflow.server._daily import daily_refresh
         from scrapeflow.server._events import EventLog
+        from scrapeflow.server._keyring import KeyRing
         from scrapeflow.server._keys import open_keys
         from scrapeflow.server._watch import ServiceWatchdog
         from scrapeflow.server._webhooks import Webhooks
@@ -55,6 +56,7 @@ def create_app(settings: Settings) -> FastAPI:
             async with (
                 events,
                 Courier(engine, settings, events),
+                KeyRing(engine) as keyring,
                 job_queue(settings, events, engine, run_jobs=runs_jobs) as queue,
             ):
                 sessions = session_factory(engine)
@@ -66,6 +68,7 @@ def create_app(settings: Settings) -> FastAPI:
                     queue=queue,
                     events=events,
                     webhooks=webhooks,
+                    keys=keyring,
                     egress=EgressPolicy.from_settings(settings),
                     scheduler=scheduler,
                 )

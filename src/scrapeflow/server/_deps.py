@@ -7,7 +7,7 @@ from typing import Annotated
 
 from fastapi import Depends, Request
 
-from scrapeflow.server._keys import ApiKey, Scope, find_key
+from scrapeflow.server._keys import ApiKey, Scope
 from scrapeflow.server._problems import Problem
 from scrapeflow.server._state import ServiceState
 
@@ -41,7 +41,7 @@ def caller_with(scope: Scope) -> Callable[[Request], Awaitable[ApiKey]]:
         scheme, _, token = header.partition(" ")
         key = None
         if scheme.lower() == "bearer" and token.strip():
-            key = await find_key(state.engine, token.strip())
+            key = await state.keys.authenticate(token.strip())
         if key is not None:
             request.state.api_key_id = key.id  # for the access log: the id, never the token
         if key is None:

@@ -13,6 +13,7 @@ from scrapeflow.config import Settings
 from scrapeflow.http import EgressPolicy
 from scrapeflow.jobs import JobQueue, Scheduler
 from scrapeflow.server._events import EventLog
+from scrapeflow.server._keyring import KeyRing
 from scrapeflow.server._webhooks import Webhooks
 
 __all__ = ["AuthFailures", "ServiceState"]
@@ -54,6 +55,9 @@ class ServiceState:
     queue: JobQueue
     events: EventLog
     webhooks: Webhooks
+    keys: KeyRing
+    """API keys as this process knows them: authentication's cache, and
+    ``keys.revoked_signal(key_id)``, set within a second of a revocation or expiry."""
     egress: EgressPolicy = field(default_factory=EgressPolicy)
     """Where client-given URLs may lead (webhooks, fetch and run jobs): checked at submission."""
     scheduler: Scheduler | None = None
