@@ -119,9 +119,10 @@ def test_repeated_failures_from_one_address_are_slowed_down(service: Service) ->
     blocked = httpx.get(url, headers={"Authorization": "Bearer guess"})
     problem(blocked, 429, "too-many-failed-attempts")
     assert int(blocked.headers["retry-after"]) >= 1
-    # even the right key waits: guessing must not be told which guess was right
+    # failures slow down failures only: a valid key from the same address (a proxy's other
+    # clients) is let through (the secrets are 256 random bits: nobody guesses one)
     with service.client("read") as right:
-        problem(right.get("/v1/jobs"), 429, "too-many-failed-attempts")
+        assert right.get("/v1/jobs").status_code == 200
 
 
 def test_a_restricted_key_sees_only_its_customers_refreshes(service: Service) -> None:

@@ -130,9 +130,11 @@ class ServiceThread:
         import uvicorn
 
         from scrapeflow.server import create_app
+        from scrapeflow.server._connections import uvicorn_config
 
-        config = uvicorn.Config(
+        config = uvicorn_config(
             create_app(self.settings),
+            self.settings,
             log_level="warning",
             lifespan="on",
             timeout_graceful_shutdown=_GRACE_SECONDS,

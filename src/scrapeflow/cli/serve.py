@@ -44,6 +44,7 @@ def serve(
     import uvicorn
 
     from scrapeflow.server import create_app, tcp_listener
+    from scrapeflow.server._connections import uvicorn_config
 
     with input_errors():
         app = create_app(config)
@@ -53,7 +54,9 @@ def serve(
         fail(f"cannot listen on {config.api_host}:{config.api_port}: {exc.strerror or exc}")
     bound_host, bound_port = listener.getsockname()[:2]
     server = uvicorn.Server(
-        uvicorn.Config(app, log_level="warning", lifespan="on", timeout_graceful_shutdown=10)
+        uvicorn_config(
+            app, config, log_level="warning", lifespan="on", timeout_graceful_shutdown=10
+        )
     )
 
     async def run() -> None:

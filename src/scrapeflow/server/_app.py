@@ -12,6 +12,7 @@ from fastapi import FastAPI
 from scrapeflow.config import Settings
 from scrapeflow.http import EgressPolicy
 from scrapeflow.server._accesslog import AccessLog
+from scrapeflow.server._auth import Authenticate
 from scrapeflow.server._limits import BodyLimit
 from scrapeflow.server._metrics import ServiceMetrics
 from scrapeflow.server._openapi import install_openapi
@@ -36,6 +37,7 @@ def create_app(settings: Settings) -> FastAPI:
         from scrapeflow.server._courier import Courier
         from scrapeflow.server._daily import daily_refresh
         from scrapeflow.server._events import EventLog
+        from scrapeflow.server._fairuse import JobQuota, StreamSlots
         from scrapeflow.server._keyring import KeyRing
         from scrapeflow.server._keys import open_keys
         from scrapeflow.server._watch import ServiceWatchdog
@@ -71,6 +73,10 @@ def create_app(settings: Settings) -> FastAPI:
                     keys=keyring,
                     egress=EgressPolicy.from_settings(settings),
                     scheduler=scheduler,
+                    streams=StreamSlots(
+                        per_key=settings.max_streams_per_key, total=settings.max_streams
+                    ),
+                    job_quota=JobQuota(settings.max_jobs_per_key),
                 )
                 async with (
                     ServiceWatchdog(queue, sessions, settings),
@@ -89,6 +95,8 @@ def create_app(settings: Settings) -> FastAPI:
     install_problem_handlers(app)
     app.add_middleware(StreamDisconnects)  # innermost: the others see a stream that ended
     app.add_middleware(BodyLimit, max_body=settings.api_max_body)
+    # Outside BodyLimit: a client without a key is refused before any of its body is read.
+    app.add_middleware(Authenticate)
     app.state.metrics = ServiceMetrics()
     # Added last, so outermost: it also logs and counts what BodyLimit refuses.
     app.add_middleware(AccessLog, metrics=app.state.metrics)

@@ -7,6 +7,7 @@ from typing import Annotated
 
 from fastapi import Depends, Request
 
+from scrapeflow.server._auth import authenticate, client_address, known_key, remember
 from scrapeflow.server._keys import ApiKey, Scope
 from scrapeflow.server._problems import Problem
 from scrapeflow.server._state import ServiceState
@@ -27,31 +28,14 @@ def caller_with(scope: Scope) -> Callable[[Request], Awaitable[ApiKey]]:
     403 with a valid key that lacks the scope, 429 after repeated failures)."""
 
     async def caller(request: Request) -> ApiKey:
-        state = service(request)
-        address = request.client.host if request.client else "?"
-        wait = state.failures.retry_after(address)
-        if wait:
-            raise Problem(
-                429,
-                "too-many-failed-attempts",
-                "too many requests with a bad key from this address; wait and retry",
-                headers={"Retry-After": str(int(wait) + 1)},
-            )
-        header = request.headers.get("authorization", "")
-        scheme, _, token = header.partition(" ")
-        key = None
-        if scheme.lower() == "bearer" and token.strip():
-            key = await state.keys.authenticate(token.strip())
-        if key is not None:
-            request.state.api_key_id = key.id  # for the access log: the id, never the token
+        key = known_key(request.scope)  # authenticated before its body was read
         if key is None:
-            state.failures.failed(address)
-            raise Problem(
-                401,
-                "unauthenticated",
-                "a valid API key is needed: Authorization: Bearer sf_…",
-                headers={"WWW-Authenticate": 'Bearer realm="scrapeflow"'},
+            key = await authenticate(
+                service(request),
+                request.headers.get("authorization", ""),
+                client_address(request.scope),
             )
+            remember(request.scope, key)
         if not key.allows(scope):
             raise Problem(403, "forbidden", f"this key lacks the {scope.value!r} scope")
         return key

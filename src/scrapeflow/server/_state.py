@@ -4,7 +4,7 @@ through dependencies (never module globals)."""
 from __future__ import annotations
 
 import time
-from collections import defaultdict, deque
+from collections import OrderedDict, deque
 from dataclasses import dataclass, field
 
 from sqlalchemy.ext.asyncio import AsyncEngine, AsyncSession, async_sessionmaker
@@ -13,6 +13,7 @@ from scrapeflow.config import Settings
 from scrapeflow.http import EgressPolicy
 from scrapeflow.jobs import JobQueue, Scheduler
 from scrapeflow.server._events import EventLog
+from scrapeflow.server._fairuse import JobQuota, StreamSlots
 from scrapeflow.server._keyring import KeyRing
 from scrapeflow.server._webhooks import Webhooks
 
@@ -20,31 +21,52 @@ __all__ = ["AuthFailures", "ServiceState"]
 
 
 class AuthFailures:
-    """Failed authentications per client address: past ``allowed`` in ``window`` seconds, the
-    address is refused (429) until its oldest failure leaves the window."""
+    """Failed authentications per client address, to slow down guessing: past ``allowed``
+    failures within ``window`` seconds, an address's further *failed* attempts get 429 until
+    its oldest failure leaves the window. A valid key is never refused for them (a proxy's
+    clients, or the service's own webhooks, share an address with whoever fails).
 
-    def __init__(self, *, allowed: int = 10, window: float = 60.0) -> None:
+    Bounded: an address keeps at most ``allowed`` times (a ring), addresses quiet for a window
+    are dropped when met, and past ``max_addresses`` the least recently failing one goes; each
+    failure costs O(1), whatever the number of addresses.
+    """
+
+    def __init__(
+        self, *, allowed: int = 10, window: float = 60.0, max_addresses: int = 10_000
+    ) -> None:
         self.allowed = allowed
         self.window = window
-        self._seen: defaultdict[str, deque[float]] = defaultdict(deque)
+        self.max_addresses = max_addresses
+        self._seen: OrderedDict[str, deque[float]] = OrderedDict()
+
+    def __len__(self) -> int:
+        return len(self._seen)
 
     def retry_after(self, address: str) -> float:
-        """Seconds the address must wait, 0 when it may try."""
+        """Seconds the address's failed attempts must wait, 0 when it may fail again."""
         seen = self._seen.get(address)
         if not seen:
             return 0.0
         now = time.monotonic()
         while seen and seen[0] <= now - self.window:
             seen.popleft()
+        if not seen:
+            del self._seen[address]
+            return 0.0
         if len(seen) < self.allowed:
             return 0.0
         return max(seen[0] + self.window - now, 0.1)
 
     def failed(self, address: str) -> None:
-        self._seen[address].append(time.monotonic())
-        if len(self._seen) > 100_000:  # a flood of addresses: forget the quiet ones
-            for quiet in [a for a, s in self._seen.items() if not s][:50_000]:
-                del self._seen[quiet]
+        """Count a failed attempt from ``address``."""
+        seen = self._seen.get(address)
+        if seen is None:
+            seen = self._seen[address] = deque(maxlen=self.allowed)
+            while len(self._seen) > self.max_addresses:
+                self._seen.popitem(last=False)
+        else:
+            self._seen.move_to_end(address)
+        seen.append(time.monotonic())
 
 
 @dataclass
@@ -63,3 +85,7 @@ class ServiceState:
     scheduler: Scheduler | None = None
     """The daily refresh of every customer (None when the ``schedule`` setting is off)."""
     failures: AuthFailures = field(default_factory=AuthFailures)
+    streams: StreamSlots = field(default_factory=lambda: StreamSlots(per_key=20, total=2_000))
+    """Open event streams per key and in all (``max_streams_per_key``, ``max_streams``)."""
+    job_quota: JobQuota = field(default_factory=lambda: JobQuota(100))
+    """Active fetch and run jobs per key (``max_jobs_per_key``)."""

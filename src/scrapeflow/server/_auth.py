@@ -1,0 +1,122 @@
+"""Who is calling: the API key of a request, found before anything else of it is read.
+
+FastAPI reads and parses a request's body before it runs a route's dependencies, so a client
+without a key would learn, from a 422, how its body was judged, and make the service parse it.
+:class:`Authenticate` therefore checks the key of every ``/v1`` request that may carry a body
+(any method but GET, HEAD and OPTIONS) before the route is reached, answers 401 or 429 at once,
+and leaves the key in the request's state, where the routes' dependency
+(:func:`scrapeflow.server._deps.caller_with`) takes it instead of looking again. Requests
+without a body are authenticated by that dependency alone.
+
+Failed attempts are counted per client address (:class:`scrapeflow.server._state.AuthFailures`);
+past the bound, further *failed* attempts get 429, while a valid key from the same address is
+always let through.
+"""
+
+from __future__ import annotations
+
+import json
+
+from starlette.types import ASGIApp, Receive, Scope, Send
+
+from scrapeflow.server._keys import ApiKey
+from scrapeflow.server._problems import PROBLEM_JSON, Problem
+from scrapeflow.server._state import ServiceState
+
+__all__ = ["Authenticate", "authenticate"]
+
+_STATE_KEY = "api_key"
+_NO_BODY = frozenset({"GET", "HEAD", "OPTIONS"})
+
+
+async def authenticate(state: ServiceState, authorization: str, address: str) -> ApiKey:
+    """The caller's key; :class:`Problem` 401 without a valid one, 429 when the address has
+    failed too often (only ever for a request whose key fails)."""
+    scheme, _, token = authorization.partition(" ")
+    key = None
+    if scheme.lower() == "bearer" and token.strip():
+        key = await state.keys.authenticate(token.strip())
+    if key is not None:
+        return key
+    wait = state.failures.retry_after(address)
+    state.failures.failed(address)
+    if wait:
+        raise Problem(
+            429,
+            "too-many-failed-attempts",
+            "too many requests with a bad key from this address; wait and retry",
+            headers={"Retry-After": str(int(wait) + 1)},
+        )
+    raise Problem(
+        401,
+        "unauthenticated",
+        "a valid API key is needed: Authorization: Bearer sf_…",
+        headers={"WWW-Authenticate": 'Bearer realm="scrapeflow"'},
+    )
+
+
+def client_address(scope: Scope) -> str:
+    """The client's address as uvicorn gives it (a proxy's header only when trusted)."""
+    client = scope.get("client")
+    return str(client[0]) if client else "?"
+
+
+def known_key(scope: Scope) -> ApiKey | None:
+    """The key :class:`Authenticate` found for this request, if it looked."""
+    key = scope.get("state", {}).get(_STATE_KEY)
+    return key if isinstance(key, ApiKey) else None
+
+
+def remember(scope: Scope, key: ApiKey) -> None:
+    """Keep the request's key: for the dependency, and its id for the access log."""
+    state = scope.setdefault("state", {})
+    state[_STATE_KEY] = key
+    state["api_key_id"] = key.id  # the id, never the token
+
+
+class Authenticate:
+    """ASGI middleware: authenticate ``/v1`` requests that may carry a body before reading it."""
+
+    def __init__(self, app: ASGIApp) -> None:
+        self.app = app
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if (
+            scope["type"] != "http"
+            or scope["method"] in _NO_BODY
+            or not scope["path"].startswith("/v1/")
+        ):
+            await self.app(scope, receive, send)
+            return
+        service: ServiceState = scope["app"].state.service
+        authorization = ""
+        for name, value in scope["headers"]:
+            if name == b"authorization":
+                authorization = value.decode("latin-1")
+                break
+        try:
+            key = await authenticate(service, authorization, client_address(scope))
+        except Problem as problem:
+            await _answer(send, problem)
+            return
+        remember(scope, key)
+        await self.app(scope, receive, send)
+
+
+async def _answer(send: Send, problem: Problem) -> None:
+    body = json.dumps(
+        {
+            "type": problem.type,
+            "title": problem.type.replace("-", " "),
+            "status": problem.status,
+            "detail": problem.detail,
+        },
+        separators=(",", ":"),
+    ).encode()
+    headers = [
+        (b"content-type", PROBLEM_JSON.encode()),
+        (b"content-length", str(len(body)).encode()),
+    ]
+    headers += [(k.lower().encode(), v.encode()) for k, v in problem.headers.items()]
+    await send({"type": "http.response.start", "status": problem.status, "headers": headers})
+    await send({"type": "http.response.body", "body": body})
