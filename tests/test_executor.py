@@ -190,7 +190,7 @@ async def test_expected_network_errors_are_recorded(tmp_path: Path) -> None:
     assert result == []
     error = load(tmp_path, "refused")["scrape_status"]
     assert error.startswith("ERROR ConnectionFailed::connection failure after 4 attempt(s)")
-    assert "Cannot connect to host 127.0.0.1:1" in error
+    assert error.endswith(": connection refused")  # a fixed phrase, never the peer's words
 
 
 async def test_a_raw_aiohttp_error_in_an_executor_is_recorded(tmp_path: Path) -> None:

@@ -53,6 +53,7 @@ from typing import TYPE_CHECKING, Any, TypeGuard
 
 import orjson
 
+from scrapeflow._runheaders import check_request_headers, shown_output
 from scrapeflow._taskify import Executor, as_executor, executor_name
 from scrapeflow._util.atomic import make_private_dirs
 from scrapeflow._util.logs import get_logger
@@ -76,6 +77,7 @@ if TYPE_CHECKING:
 
     from scrapeflow.config import Settings
     from scrapeflow.executor import RunProgress
+    from scrapeflow.http import EgressPolicy
     from scrapeflow.statusdb import SqlStatusStore
 
 __all__ = [
@@ -113,7 +115,9 @@ MAX_RUN_PARALLELISM = 1_000
 MAX_RUN_PER_HOST = 64
 MAX_RUN_TIMEOUT = 600.0
 MAX_RUN_DELAY = 60.0
-MAX_RUN_BATCHES = 64
+MAX_RUN_BATCHES = 16
+"""Batches one ``run`` job splits its tasks into, at most (each a job of its own, counted in its
+API key's quota of active jobs beside the job)."""
 """Batches one ``run`` job splits its tasks into, at most (each a ``run`` job of its own)."""
 
 ExecutorFactory = Callable[[], Callable[..., Any]]
@@ -368,6 +372,7 @@ def _task(n: int, raw: object) -> RunTask:
     url = params.get("url")
     if url is not None:
         _url(f"{where}.params.url", url)
+    check_request_headers(f"{where}.params.headers", params.get("headers"))
     key = raw.get("key")
     if key is None:
         if url is None:
@@ -450,6 +455,8 @@ class RunJobs:
     rotate_after: int = 3
     identity: str = "browser"
     proxies: Path | None = None
+    egress: EgressPolicy | None = None
+    """Where the tasks' URLs (a client's) may lead, on every redirect hop; None: anywhere."""
     status_db: str | None = field(default=None, repr=False)  # a URL may hold a password
     engine: AsyncEngine | None = field(default=None, repr=False, compare=False)
 
@@ -464,6 +471,8 @@ class RunJobs:
         """Run jobs under ``{jobs_dir}/run``, with the service's HTTP settings as limits. On the
         ``procrastinate`` backend (a job may run again on another machine) statuses are kept
         in the service's database, ``db_url``, through ``engine`` if given (one on it)."""
+        from scrapeflow.http import EgressPolicy
+
         distributed = settings.jobs_backend == "procrastinate"
         return cls(
             root=settings.jobs_dir / "run",
@@ -475,6 +484,7 @@ class RunJobs:
             rotate_after=settings.rotate_after,
             identity=settings.identity,
             proxies=settings.proxies,
+            egress=EgressPolicy.from_settings(settings),
             status_db=settings.db_url if distributed else None,
             engine=engine if distributed else None,
         )
@@ -521,6 +531,7 @@ class RunJobs:
             retry=RetryPolicy(attempts=self.retries + 1),
             rotate_after=self.rotate_after,
             identities=self.identity,
+            egress=self.egress,
         )
         provider = ProxyProviderFromList.from_file(self.proxies) if self.proxies else None
         total = len(checked.tasks)
@@ -630,7 +641,7 @@ def _outcome(
     if status is None:
         return RunTaskOutcome(index, task.key, url, waiting)
     executors = {
-        name: ExecutorOutcome(str(status[f"{name}_status"]), status.get(name))
+        name: ExecutorOutcome(str(status[f"{name}_status"]), shown_output(status.get(name)))
         for name in names
         if f"{name}_status" in status
     }

@@ -40,7 +40,10 @@ def fetch_kinds(jobs: FetchJobs, ran: list[str] | None = None) -> dict[str, Any]
 
 @pytest.fixture
 def fetch_jobs(tmp_path: Path) -> FetchJobs:
-    return FetchJobs.from_settings(Settings.load(flags={"jobs_dir": tmp_path / "jobs"}))
+    # The sandbox is on loopback, which fetch jobs (clients' URLs) reach only when allowed.
+    return FetchJobs.from_settings(
+        Settings.load(flags={"jobs_dir": tmp_path / "jobs", "egress_allow": "127.0.0.1"})
+    )
 
 
 async def test_a_sharded_fetch_job_stores_every_url_through_its_shards(

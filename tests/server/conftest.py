@@ -181,6 +181,9 @@ def service_env(
         "SCRAPEFLOW_LOG_DIR": str(tmp_path / "logs"),
         "PYTHONUNBUFFERED": "1",
         "SCRAPEFLOW_SCHEDULE": "off",  # no daily run in the middle of a test
+        # The sandbox and the tests' receivers listen on 127.0.0.1: allowed explicitly, as an
+        # operator allows an on-premises receiver (the egress tests narrow it).
+        "SCRAPEFLOW_EGRESS_ALLOW": "127.0.0.1",
     }
 
 

@@ -28,6 +28,7 @@ from scrapeflow.fetch._input import FetchItem
 from scrapeflow.fetch._pipeline import FetchReport, fetch_share
 from scrapeflow.fetch._run import _check_redis, _push
 from scrapeflow.fetch._settings import FetchSettings
+from scrapeflow.http import EgressPolicy
 from scrapeflow.jobs import JobContext, even_slices, part_ids, run_parts
 from scrapeflow.storage import (
     BlobStore,
@@ -67,8 +68,9 @@ MAX_JOB_URL_LENGTH = 8_192
 MAX_FETCH_JOB_CONCURRENCY = 256
 MAX_FETCH_JOB_PER_HOST = 64
 MAX_FETCH_JOB_DELAY = 60.0
-MAX_FETCH_JOB_SHARDS = 64
-"""Shards one ``fetch`` job splits its list into, at most (each a job of its own)."""
+MAX_FETCH_JOB_SHARDS = 16
+"""Shards one ``fetch`` job splits its list into, at most (each a job of its own, counted in
+its API key's quota of active jobs beside the job)."""
 _SHARD = "shard"  # the follow-up keys of a job's shards: shard-0, shard-1…
 
 ProgressCallback = Callable[..., None]
@@ -181,6 +183,8 @@ class FetchJobs:
     timeout: float = 30.0
     retries: int = 3
     identity: str = "browser"
+    egress: EgressPolicy | None = None
+    """Where the jobs' URLs (a client's) may lead, on every redirect hop; None: anywhere."""
 
     @classmethod
     def from_settings(cls, settings: Settings, environ: dict[str, str] | None = None) -> FetchJobs:
@@ -204,6 +208,7 @@ class FetchJobs:
             timeout=settings.timeout,
             retries=settings.retries,
             identity=settings.identity,
+            egress=EgressPolicy.from_settings(settings, environ),
         )
 
     def shard(self, job_id: str, params: FetchJobParams) -> FetchSettings:
@@ -236,6 +241,7 @@ class FetchJobs:
             ),
             retry=RetryPolicy(attempts=self.retries + 1),
             identities=self.identity,
+            egress=self.egress,
         )
         counts = {"done": 0, "total": len(items), "stored": 0, "failed": 0}
         progress(**counts)

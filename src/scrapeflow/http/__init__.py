@@ -18,13 +18,21 @@
 
 from scrapeflow.http._client import HttpClient, Response
 from scrapeflow.http._config import HostPolicy, HttpConfig, RetryPolicy
-from scrapeflow.http._egress import EgressPolicy, address_class, egress_refusal, parse_egress_allow
+from scrapeflow.http._egress import (
+    EgressPolicy,
+    address_class,
+    egress_refusal,
+    judge_target,
+    parse_egress_allow,
+)
+from scrapeflow.http._failures import FAILURE_CLASSES, failure_class
 from scrapeflow.http._identity import IDENTITIES, Identity, pick_identity
 from scrapeflow.http._proxypool import ProxyPool, proxy_label
 from scrapeflow.http._session import ScrapeSession
 from scrapeflow.http._stats import HostTraffic, Stats, TrafficStats, process_traffic
 
 __all__ = [
+    "FAILURE_CLASSES",
     "IDENTITIES",
     "EgressPolicy",
     "HostPolicy",
@@ -40,6 +48,8 @@ __all__ = [
     "TrafficStats",
     "address_class",
     "egress_refusal",
+    "failure_class",
+    "judge_target",
     "parse_egress_allow",
     "pick_identity",
     "process_traffic",

@@ -45,12 +45,15 @@ from scrapeflow.errors import (
     Banned,
     CaptchaDetected,
     ConnectionFailed,
+    EgressBlocked,
     FetchError,
     FetchTimeout,
     NoProxyAvailable,
     RetryBudgetExhausted,
 )
 from scrapeflow.http._config import IDEMPOTENT_METHODS, HttpConfig
+from scrapeflow.http._egress import EgressPolicy, egress_refusal, judge_target, redirect_judge
+from scrapeflow.http._failures import failure_class
 from scrapeflow.http._hosts import HostLimiter, HostSlot
 from scrapeflow.http._proxypool import ProxyPool, proxy_label
 from scrapeflow.http._session import ScrapeSession
@@ -185,15 +188,12 @@ class HttpClient:
         self._retries_spent = 0
         self._default: ScrapeSession | None = None
         self._plain: aiohttp.ClientSession | None = None
+        self._egress: EgressPolicy | None = None
         self.trace_configs = [trace_reuse()]
         """Given to the aiohttp session of every session through a proxy: what
         :class:`Sending` records."""
 
     async def __aenter__(self) -> HttpClient:
-        self._connector = aiohttp.TCPConnector(limit=0, limit_per_host=0, ttl_dns_cache=300)
-        self._fresh = aiohttp.TCPConnector(
-            limit=0, limit_per_host=0, ttl_dns_cache=300, force_close=True
-        )
         self._global = asyncio.Semaphore(self.config.max_connections)
         if self.proxy_provider is not None:
             await self.proxy_provider.load()
@@ -204,6 +204,16 @@ class HttpClient:
                 rng=self.rng,
                 rotate_after=self.config.rotate_after,
             )
+        egress = self.config.egress
+        connect: Callable[..., aiohttp.TCPConnector] = aiohttp.TCPConnector
+        if egress is not None:
+            # The operator's proxies are reached whatever their address; the sites behind them
+            # are judged before each request (see _egress_check).
+            proxies = self.proxy_provider.all_proxies() if self.proxy_provider else []
+            self._egress = egress.trusting(proxies)
+            connect = self._egress.connector
+        self._connector = connect(limit=0, limit_per_host=0, ttl_dns_cache=300)
+        self._fresh = connect(limit=0, limit_per_host=0, ttl_dns_cache=300, force_close=True)
         return self
 
     async def __aexit__(
@@ -225,6 +235,17 @@ class HttpClient:
             if connector is not None:
                 await connector.close()
         self._connector = self._fresh = None
+
+    @property
+    def session_traces(self) -> list[aiohttp.TraceConfig] | None:
+        """The traces of the aiohttp session of every :class:`ScrapeSession`: through a proxy,
+        what :class:`Sending` records (direct requests do without its cost, a few
+        microseconds each, about 3% of a bulk page's CPU); through an egress proxy, the
+        policy's judgement of each redirect hop (a direct one is judged as it is dialled)."""
+        traces = list(self.trace_configs) if self.proxy_provider is not None else []
+        if self._egress is not None and self._egress.proxy is not None:
+            traces.append(redirect_judge(self._egress))
+        return traces or None
 
     @property
     def connector(self) -> aiohttp.TCPConnector:
@@ -454,6 +475,11 @@ class HttpClient:
         except FetchError:
             raise
         except aiohttp.ClientError as exc:
+            refusal = egress_refusal(exc)
+            if refusal is not None:  # the policy refused the address: final, never retried
+                raise EgressBlocked(
+                    refusal.address_class, url=redact(str(url)), attempts=attempt
+                ) from None
             unread = is_stale(exc, sending, idempotent=idempotent)
             stale = unread and resend_stale
             outcome = _Outcome("stale" if stale else "connection", error=exc, unread=unread)
@@ -560,6 +586,12 @@ class HttpClient:
         fresh: bool,
     ) -> Response:
         started = time.monotonic()
+        if self._egress is not None and proxy is None:
+            proxy = self._egress.proxy_for(url)
+            if proxy is not None:
+                # The proxy dials, not us: the target is judged here first (a lookup of its
+                # own), and so is every redirect hop (see session_traces).
+                await judge_target(self._egress, url)
         http = session.checkout(fresh=fresh)
         try:
             return await self._exchange(http, method, url, proxy, attempt, started, sending, kwargs)
@@ -673,7 +705,8 @@ class HttpClient:
 
     def _make_final_error(self, outcome: _Outcome, url: str, attempts: int) -> FetchError:
         shown = redact(url)
-        detail = "" if outcome.error is None else f": {redact(str(outcome.error))}"
+        # A fixed phrase, never the error's text: aiohttp's quotes what the peer sent.
+        detail = "" if outcome.error is None else f": {_phrase(outcome.error)}"
         if outcome.kind == "captcha":
             return CaptchaDetected(
                 f"CAPTCHA after {attempts} attempt(s){detail}", url=shown, attempts=attempts
@@ -730,7 +763,15 @@ def _without_credentials(info: aiohttp.RequestInfo) -> aiohttp.RequestInfo:
 def _describe(outcome: _Outcome) -> str:
     if outcome.response is not None:
         return f"{outcome.kind}, HTTP {outcome.response.status}"
-    return f"{outcome.kind}: {redact(str(outcome.error))}" if outcome.error else outcome.kind
+    return f"{outcome.kind}: {_phrase(outcome.error)}" if outcome.error else outcome.kind
+
+
+def _phrase(error: BaseException) -> str:
+    """What an error may say of a failure: a validator's own words (our caller's code), else
+    the transport failure's fixed class."""
+    if isinstance(error, aiohttp.ClientError | OSError | TimeoutError):
+        return failure_class(error)
+    return redact(str(error))
 
 
 def _retry_after(response: Response) -> float | None:

@@ -11,6 +11,7 @@ from scrapeflow.errors import ConfigError
 
 if TYPE_CHECKING:
     from scrapeflow.config import Settings
+    from scrapeflow.http._egress import EgressPolicy
 
 __all__ = ["HostPolicy", "HttpConfig", "RetryPolicy"]
 
@@ -121,6 +122,11 @@ class HttpConfig:
     """``"browser"``: each session a coherent real-browser header set; ``"none"``: aiohttp's."""
     seed: int | None = None
     """Seed for jitter, identities and proxy choice (None: random)."""
+    egress: EgressPolicy | None = None
+    """For URLs a client gave (the service's fetch and run jobs): connect only where this
+    policy allows, through its proxy if it has one; refused addresses raise
+    :class:`~scrapeflow.errors.EgressBlocked`, never retried. None: anywhere (the operator's
+    own URLs: bank sites, ``scrapeflow run``)."""
 
     @classmethod
     def from_settings(

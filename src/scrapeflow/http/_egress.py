@@ -39,16 +39,24 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
+import aiohttp
 import yarl
+from aiohttp.abc import AbstractResolver, ResolveResult
 
-from scrapeflow.errors import EgressBlocked, InputError
+from scrapeflow._util.redact import redact
+from scrapeflow.errors import ConnectionFailed, EgressBlocked, InputError
 
 if TYPE_CHECKING:
-    import aiohttp
-
     from scrapeflow.config import Settings
 
-__all__ = ["EgressPolicy", "address_class", "egress_refusal", "parse_egress_allow"]
+__all__ = [
+    "EgressPolicy",
+    "address_class",
+    "egress_refusal",
+    "judge_target",
+    "parse_egress_allow",
+    "redirect_judge",
+]
 
 IPAddress = ipaddress.IPv4Address | ipaddress.IPv6Address
 IPNetwork = ipaddress.IPv4Network | ipaddress.IPv6Network
@@ -267,8 +275,6 @@ class EgressPolicy:
         dial a blocked address (IP literals, which skip the resolver, included). A refusal
         raises :class:`EgressBlocked` inside aiohttp's ``ClientConnectorError``
         (:func:`egress_refusal` finds it)."""
-        import aiohttp
-
         approved: set[str] = set()
         resolver = _checking_resolver(self, approved)
 
@@ -286,8 +292,6 @@ class EgressPolicy:
 def _checking_resolver(policy: EgressPolicy, approved: set[str]) -> aiohttp.abc.AbstractResolver:
     """aiohttp's resolver, refusing names that resolve to any blocked address. Addresses of
     names named in ``egress_allow`` are remembered as approved for the socket factory."""
-    import aiohttp
-    from aiohttp.abc import AbstractResolver, ResolveResult
 
     class CheckingResolver(AbstractResolver):
         def __init__(self) -> None:
@@ -325,6 +329,32 @@ def egress_refusal(error: BaseException) -> EgressBlocked | None:
         inner = getattr(current, "os_error", None)
         current = inner if isinstance(inner, BaseException) else current.__cause__
     return None
+
+
+async def judge_target(policy: EgressPolicy, url: yarl.URL) -> None:
+    """Refuse ``url`` if the policy blocks where it leads (:class:`EgressBlocked`); a name
+    that does not resolve is a failed connection, as it would be dialled."""
+    try:
+        await policy.check_url(str(url))
+    except InputError:
+        raise ConnectionFailed("name not resolved", url=redact(str(url))) from None
+
+
+def redirect_judge(policy: EgressPolicy) -> aiohttp.TraceConfig:
+    """An aiohttp trace judging each redirect's target before it is followed through the proxy."""
+    trace = aiohttp.TraceConfig()
+
+    async def on_redirect(
+        session: aiohttp.ClientSession, context: Any, params: aiohttp.TraceRequestRedirectParams
+    ) -> None:
+        location = params.response.headers.get("Location")
+        if location:
+            target = params.url.join(yarl.URL(location))
+            if policy.proxy_for(target) is not None:
+                await judge_target(policy, target)
+
+    trace.on_request_redirect.append(on_redirect)
+    return trace
 
 
 def _ip_literal(host: str) -> IPAddress | None:

@@ -76,9 +76,8 @@ class ScrapeSession:
             timeout=aiohttp.ClientTimeout(total=client.config.timeout),
             auto_decompress=True,
             # Through proxies, which may close every connection after an answer (tinyproxy):
-            # the trace tells a request sent on one of those (see _stale). Direct requests do
-            # without its cost, a few microseconds each, about 3% of a bulk page's CPU.
-            trace_configs=client.trace_configs if pool is not None else None,
+            # the trace tells a request sent on one of those (see _stale).
+            trace_configs=client.session_traces,
         )
 
     def checkout(self, *, fresh: bool = False) -> aiohttp.ClientSession:

@@ -15,6 +15,7 @@ from types import TracebackType
 from typing import TYPE_CHECKING, Any
 
 import orjson
+import yarl
 from sqlalchemy import func, or_, select, update
 from sqlalchemy.ext.asyncio import AsyncEngine
 
@@ -23,11 +24,11 @@ from scrapeflow._util.redact import redact
 from scrapeflow._util.tasks import stop_task
 from scrapeflow.config import Settings
 from scrapeflow.db import connection_lost
-from scrapeflow.errors import ScrapeflowError
+from scrapeflow.errors import EgressBlocked, ScrapeflowError
+from scrapeflow.http import EgressPolicy, failure_class, judge_target
 from scrapeflow.server._events import EventLog, events_table
 from scrapeflow.server._keys import keys_table
 from scrapeflow.server._webhooks import (
-    MAX_ERROR,
     DeliveryState,
     backoff,
     deliveries_table,
@@ -41,12 +42,15 @@ if TYPE_CHECKING:
 
     from scrapeflow.banking import CredentialVault
 
-__all__ = ["Courier"]
+__all__ = ["USER_AGENT", "Courier"]
 
 _log = get_logger(__name__)
 
 _TIMEOUT = 10.0
 """Seconds a receiver has to answer one delivery."""
+_CONNECT_TIMEOUT = 5.0
+"""Seconds to connect to a receiver (within ``_TIMEOUT``)."""
+USER_AGENT = "scrapeflow-webhooks/1"
 _LEASE = timedelta(seconds=60)
 """How long a claimed delivery is this process's alone: well past one send's timeout."""
 
@@ -91,6 +95,8 @@ class Courier:
         self.concurrency = concurrency
         self.poll = poll
         """How often to look for deliveries another process queued or let go."""
+        self.egress = EgressPolicy.from_settings(settings)
+        """Where deliveries may go: the receivers are clients' URLs."""
         self.owner = f"{socket.gethostname()[:40]}:{os.getpid()}:{secrets.token_hex(4)}"
         self._vault: CredentialVault | None = None
         self._sending: set[asyncio.Task[None]] = set()
@@ -119,10 +125,14 @@ class Courier:
     async def _run(self) -> None:
         import aiohttp
 
-        timeout = aiohttp.ClientTimeout(total=_TIMEOUT)
-        connector = aiohttp.TCPConnector(limit=self.concurrency)
+        # Every receiver is a client's URL: connections go only where the egress policy
+        # allows (checked as dialled), no cookie is kept or sent (a receiver's cookie would
+        # travel to another client's receiver), and a receiver has bounded time to answer.
         async with aiohttp.ClientSession(
-            timeout=timeout, connector=connector, headers={"User-Agent": "scrapeflow-webhooks/1"}
+            timeout=aiohttp.ClientTimeout(total=_TIMEOUT, connect=_CONNECT_TIMEOUT),
+            connector=self.egress.connector(limit=self.concurrency),
+            cookie_jar=aiohttp.DummyCookieJar(),
+            headers={"User-Agent": USER_AGENT},
         ) as session:
             failing = 0  # rounds failed in a row: an outage is told once, with its cause
             try:
@@ -292,15 +302,19 @@ class Courier:
                 "Scrapeflow-Event-Id": idempotency_id(due.webhook_id, due.event_id),
                 "Idempotency-Key": idempotency_id(due.webhook_id, due.event_id),
             }
+            target = yarl.URL(due.url)
+            proxy = self.egress.proxy_for(target)
             try:
+                if proxy is not None:  # the proxy dials: the receiver is judged here first
+                    await judge_target(self.egress, target)
                 async with session.post(
-                    due.url, data=due.body, headers=headers, allow_redirects=False
+                    target, data=due.body, headers=headers, allow_redirects=False, proxy=proxy
                 ) as response:
                     status = response.status
-            except TimeoutError:
-                error = f"no answer within {_TIMEOUT:g} s"
-            except (aiohttp.ClientError, OSError, ValueError) as exc:
-                error = redact(f"{type(exc).__name__}: {exc}")[:MAX_ERROR]
+            except (aiohttp.ClientError, OSError, ValueError, ScrapeflowError) as exc:
+                # A fixed phrase: the log is the client's to read, and what the peer said
+                # (a banner, a status line) must never come back through it.
+                error = _failure(exc)
         await self._record(due, status=status, error=error)
 
     async def _record(self, due: _Due, *, status: int | None, error: str | None) -> None:
@@ -338,6 +352,18 @@ class Courier:
             error=values["last_error"],
             state=values.get("state", DeliveryState.PENDING.value),
         )
+
+
+def _failure(error: BaseException) -> str:
+    if isinstance(error, TimeoutError):
+        return f"timed out (no answer within {_TIMEOUT:g} s)"
+    if isinstance(error, EgressBlocked):
+        return str(error)
+    if isinstance(error, ValueError):  # aiohttp refused the URL itself
+        return "invalid URL"
+    if isinstance(error, ScrapeflowError):  # a name the proxy would be asked for: unknown here
+        return "name not resolved"
+    return failure_class(error)
 
 
 async def _first(seconds: float, *signals: asyncio.Event) -> None:
