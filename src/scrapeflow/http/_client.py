@@ -243,7 +243,7 @@ class HttpClient:
         microseconds each, about 3% of a bulk page's CPU); through an egress proxy, the
         policy's judgement of each redirect hop (a direct one is judged as it is dialled)."""
         traces = list(self.trace_configs) if self.proxy_provider is not None else []
-        if self._egress is not None and self._egress.proxy is not None:
+        if self._egress is not None and (self._egress.proxy or self.proxy_provider):
             traces.append(redirect_judge(self._egress))
         return traces or None
 
@@ -586,10 +586,10 @@ class HttpClient:
         fresh: bool,
     ) -> Response:
         started = time.monotonic()
-        if self._egress is not None and proxy is None:
-            proxy = self._egress.proxy_for(url)
+        if self._egress is not None:
+            proxy = proxy or self._egress.proxy_for(url)
             if proxy is not None:
-                # The proxy dials, not us: the target is judged here first (a lookup of its
+                # A proxy dials, not us: the target is judged here first (a lookup of its
                 # own), and so is every redirect hop (see session_traces).
                 await judge_target(self._egress, url)
         http = session.checkout(fresh=fresh)

@@ -151,8 +151,9 @@ class EgressPolicy:
     """Which addresses client-given URLs may reach, and the proxy they go through.
 
     ``allow``: entries of :func:`parse_egress_allow`; ``proxy``: an ``http(s)://`` proxy URL for
-    every request (None: direct, or the environment's proxy when ``trust_env``); ``trusted``:
-    hosts of the operator's own (its proxies) that connections may reach whatever their class.
+    every request (None: direct); ``trusted``: hosts of the operator's own (its proxies) that
+    the connector may dial whatever their class — only to reach them as proxies: a target on
+    the same address is judged like any other.
     """
 
     allow: tuple[str, ...] = ()
@@ -194,10 +195,8 @@ class EgressPolicy:
     # -- judging ----------------------------------------------------------------------------
 
     def allows_host(self, host: str) -> bool:
-        """``host`` is named in ``egress_allow`` (or is a trusted host of the operator's)."""
+        """``host`` is named in ``egress_allow``."""
         name = host.lower().rstrip(".")
-        if name in self.trusted:
-            return True
         return any(
             name == entry or (entry.startswith(".") and name.endswith(entry))
             for entry in self.allow
@@ -209,7 +208,7 @@ class EgressPolicy:
         if isinstance(ip, ipaddress.IPv6Address) and ip.ipv4_mapped is not None:
             ip = ip.ipv4_mapped
         name = address_class(ip)
-        if name is None or str(ip) in self.trusted:
+        if name is None:
             return None
         for entry in self.allow:
             if "/" in entry:
@@ -275,7 +274,9 @@ class EgressPolicy:
         dial a blocked address (IP literals, which skip the resolver, included). A refusal
         raises :class:`EgressBlocked` inside aiohttp's ``ClientConnectorError``
         (:func:`egress_refusal` finds it)."""
-        approved: set[str] = set()
+        # The addresses of names egress_allow or the operator's proxies name: dialled whatever
+        # their class (an IP literal among those is approved from the start).
+        approved: set[str] = {h for h in self.trusted if _ip_literal(h) is not None}
         resolver = _checking_resolver(self, approved)
 
         def dial(addr_info: Any) -> socket.socket:
@@ -301,7 +302,7 @@ def _checking_resolver(policy: EgressPolicy, approved: set[str]) -> aiohttp.abc.
             self, host: str, port: int = 0, family: socket.AddressFamily = socket.AF_INET
         ) -> list[ResolveResult]:
             results = await self.inner.resolve(host, port, family)
-            allowed = policy.allows_host(host)
+            allowed = policy.allows_host(host) or host.lower().rstrip(".") in policy.trusted
             for result in results:
                 ip = ipaddress.ip_address(str(result["host"]).split("%", 1)[0])
                 if allowed:
@@ -341,7 +342,8 @@ async def judge_target(policy: EgressPolicy, url: yarl.URL) -> None:
 
 
 def redirect_judge(policy: EgressPolicy) -> aiohttp.TraceConfig:
-    """An aiohttp trace judging each redirect's target before it is followed through the proxy."""
+    """An aiohttp trace judging each redirect's target before it is followed (through a proxy,
+    which dials it where the connector cannot judge)."""
     trace = aiohttp.TraceConfig()
 
     async def on_redirect(
@@ -349,9 +351,7 @@ def redirect_judge(policy: EgressPolicy) -> aiohttp.TraceConfig:
     ) -> None:
         location = params.response.headers.get("Location")
         if location:
-            target = params.url.join(yarl.URL(location))
-            if policy.proxy_for(target) is not None:
-                await judge_target(policy, target)
+            await judge_target(policy, params.url.join(yarl.URL(location)))
 
     trace.on_request_redirect.append(on_redirect)
     return trace
