@@ -35,6 +35,11 @@ ENDPOINTS = [
     ("GET", "/v1/webhooks/wh_0000000000000000", "read", False),
     ("DELETE", "/v1/webhooks/wh_0000000000000000", "read", False),
     ("GET", "/v1/webhooks/wh_0000000000000000/deliveries", "read", False),
+    ("GET", "/v1/keys", "admin", False),
+    ("POST", "/v1/keys", "admin", False),
+    ("GET", "/v1/keys/000000000000", "admin", False),
+    ("DELETE", "/v1/keys/000000000000", "admin", False),
+    ("POST", "/v1/keys/000000000000/rotate", "admin", False),
     ("GET", "/metrics", "metrics", False),
     ("GET", "/v1/stats", "metrics", False),
 ]
@@ -69,7 +74,8 @@ def test_the_table_covers_every_endpoint_of_the_api(service: Service) -> None:
             p.replace("cust-1", "{customer}")
             .replace("0" * 28, "{job_id}")
             .replace("/accesses/1/", "/accesses/{access_id}/")
-            .replace("wh_" + "0" * 16, "{webhook_id}"),
+            .replace("wh_" + "0" * 16, "{webhook_id}")
+            .replace("/v1/keys/" + "0" * 12, "/v1/keys/{key_id}"),
         )
         for m, p, _, _ in ENDPOINTS
     }

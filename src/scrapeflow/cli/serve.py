@@ -4,13 +4,22 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-from typing import Annotated
+from collections.abc import Awaitable, Callable
+from datetime import UTC, datetime
+from typing import TYPE_CHECKING, Annotated, TypeVar
 
 import typer
 
 from scrapeflow.cli._common import HELP_OPTION, fail, input_errors, out, run_async, settings
 
-__all__ = ["create", "keys", "serve"]
+if TYPE_CHECKING:
+    from sqlalchemy.ext.asyncio import AsyncEngine
+
+    from scrapeflow.config import Settings
+
+T = TypeVar("T")
+
+__all__ = ["create", "keys", "list_", "revoke", "rotate", "serve"]
 
 keys = typer.Typer(
     help="API keys of the service: created once, shown once, stored hashed.",
@@ -78,6 +87,25 @@ def serve(
         fail("the service did not start (see the log above)")
 
 
+def _on_database(config: Settings, work: Callable[[AsyncEngine], Awaitable[T]]) -> T:
+    """Run ``work`` on the service's database (migrated, the keys table made), as one command."""
+    from scrapeflow.banking import migrate
+    from scrapeflow.db import create_engine
+    from scrapeflow.server._keys import open_keys
+
+    async def run() -> T:
+        await migrate(config.db_url)
+        engine = create_engine(config.db_url)
+        try:
+            await open_keys(engine)
+            return await work(engine)
+        finally:
+            await engine.dispose()
+
+    with input_errors():
+        return run_async(run())
+
+
 @keys.command("create")
 def create(
     ctx: typer.Context,
@@ -88,29 +116,127 @@ def create(
         list[str] | None, typer.Option(help="Only this customer (repeat); default: all.")
     ] = None,
     name: Annotated[str, typer.Option(help="What the key is for.")] = "",
+    expires: Annotated[
+        str | None,
+        typer.Option(help="When it stops working: a duration (30d, 12h) or an ISO time."),
+    ] = None,
 ) -> None:
     """Create an API key. It is printed once, as the last word of the output; only its hash is
     kept."""
     config = settings(ctx)
-    from scrapeflow.banking import migrate
-    from scrapeflow.db import create_engine
     from scrapeflow.server import create_key
-
-    async def make() -> str:
-        await migrate(config.db_url)
-        engine = create_engine(config.db_url)
-        try:
-            token, _ = await create_key(engine, scopes=scope, customers=customer or (), name=name)
-            return token
-        finally:
-            await engine.dispose()
+    from scrapeflow.server._keys import parse_expiry
 
     with input_errors():
-        token = run_async(make())
+        expires_at = parse_expiry(expires) if expires is not None else None
+
+    async def make(engine: AsyncEngine) -> str:
+        token, _ = await create_key(
+            engine, scopes=scope, customers=customer or (), name=name, expires_at=expires_at
+        )
+        return token
+
+    token = _on_database(config, make)
     restricted = f" for {', '.join(customer)}" if customer else ""
+    until = f", expiring {expires_at:%Y-%m-%d %H:%M:%S}Z" if expires_at else ""
     out.print(
-        f"API key with scopes {', '.join(sorted(set(scope)))}{restricted} "
+        f"API key with scopes {', '.join(sorted(set(scope)))}{restricted}{until} "
         f"(shown once, keep it): {token}",
         highlight=False,
         soft_wrap=True,
     )
+
+
+@keys.command("list")
+def list_(ctx: typer.Context) -> None:
+    """List the keys: id, name, scopes, customers, created, last used, expiry, state (never a
+    secret)."""
+    config = settings(ctx)
+    from rich.markup import escape
+    from rich.table import Table
+
+    from scrapeflow.server._keys import list_keys
+
+    found = _on_database(config, list_keys)
+    from rich.table import Column
+
+    # The id is what the other commands take: never cut; the rest folds in a narrow terminal.
+    table = Table(
+        Column("id", no_wrap=True, min_width=12),
+        *(
+            Column(title, overflow="fold")
+            for title in ("name", "scopes", "customers", "created", "last used", "expires", "state")
+        ),
+    )
+    now = datetime.now(UTC)
+    for info in found:
+        if info.revoked:
+            state = "revoked"
+        elif info.expires_at is not None and info.expires_at <= now:
+            state = "expired"
+        elif info.previous_valid_until is not None:
+            state = f"rotated (old secret until {_when(info.previous_valid_until)})"
+        else:
+            state = "active"
+        table.add_row(
+            info.id,
+            escape(info.name),
+            ", ".join(info.scopes),
+            escape(", ".join(info.customers)) or "all",
+            _when(info.created_at),
+            _when(info.last_used_at) or "never",
+            _when(info.expires_at) or "never",
+            state,
+        )
+    out.print(table)
+
+
+@keys.command("revoke")
+def revoke(
+    ctx: typer.Context, key_id: Annotated[str, typer.Argument(help="The key's id.")]
+) -> None:
+    """Revoke a key: within a second the service refuses it, closes its event streams and stops
+    its webhooks."""
+    config = settings(ctx)
+    from scrapeflow.server._keys import revoke_key
+
+    async def work(engine: AsyncEngine) -> bool:
+        return await revoke_key(engine, key_id)
+
+    if not _on_database(config, work):
+        fail(f"no key {key_id!r}")
+    out.print(f"key {key_id} revoked", highlight=False)
+
+
+@keys.command("rotate")
+def rotate(
+    ctx: typer.Context,
+    key_id: Annotated[str, typer.Argument(help="The key's id.")],
+    overlap: Annotated[
+        str, typer.Option(help="How long the old secret keeps working (1h, 30m; at most 30d).")
+    ] = "0",
+) -> None:
+    """Give a key a new secret, printed once as the last word of the output; the old one keeps
+    working for the overlap, then not."""
+    config = settings(ctx)
+    from scrapeflow.server._keys import parse_overlap, rotate_key
+
+    with input_errors():
+        lasting = parse_overlap(overlap)
+
+    async def work(engine: AsyncEngine) -> str | None:
+        return await rotate_key(engine, key_id, overlap=lasting)
+
+    token = _on_database(config, work)
+    if token is None:
+        fail(f"no active key {key_id!r} (unknown, revoked or expired)")
+    kept = f"; the old secret works until {_when(datetime.now(UTC) + lasting)}" if lasting else ""
+    out.print(
+        f"key {key_id} rotated{kept} (new key shown once, keep it): {token}",
+        highlight=False,
+        soft_wrap=True,
+    )
+
+
+def _when(moment: datetime | None) -> str:
+    return f"{moment:%Y-%m-%dT%H:%MZ}" if moment is not None else ""

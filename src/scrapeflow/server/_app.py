@@ -106,6 +106,7 @@ def create_app(settings: Settings) -> FastAPI:
         dashboard,
         events,
         jobs,
+        keys,
         operations,
         schedule,
         sync,
@@ -120,5 +121,6 @@ def create_app(settings: Settings) -> FastAPI:
     app.include_router(schedule.router)
     app.include_router(dashboard.router)
     app.include_router(operations.router)
+    app.include_router(keys.router)
 
     return app
