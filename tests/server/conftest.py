@@ -179,6 +179,7 @@ def service_env(
         "SCRAPEFLOW_VAULT_KEYS": vault_key,
         "SCRAPEFLOW_SANDBOX_MANIFEST": str(manifest),
         "SCRAPEFLOW_LOG_DIR": str(tmp_path / "logs"),
+        "SCRAPEFLOW_JOBS_DIR": str(tmp_path / "jobs"),  # never the checkout's own jobs/
         "PYTHONUNBUFFERED": "1",
         "SCRAPEFLOW_SCHEDULE": "off",  # no daily run in the middle of a test
         # The sandbox and the tests' receivers listen on 127.0.0.1: allowed explicitly, as an
