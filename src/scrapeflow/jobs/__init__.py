@@ -11,7 +11,9 @@
   per target, spread over a window, once a day across restarts;
 * job kinds are handlers registered by name (:data:`JobKinds`), never an import path; a
   running job may queue follow-up jobs and wait for them (:meth:`JobContext.submit`,
-  :meth:`JobContext.join`; :func:`run_parts` splits a job into parts any worker may take).
+  :meth:`JobContext.join`; :func:`run_parts` splits a job into parts any worker may take);
+* :class:`Lane`: kinds that run beside the others with a concurrency of their own;
+  :class:`JobScope`: which jobs a caller may see (its own, its customers'), filtered in SQL.
 
 >>> from scrapeflow.jobs import JobState
 >>> JobState.CANCELLED.final
@@ -26,13 +28,22 @@ from scrapeflow.jobs._memory import MemoryJobStore
 from scrapeflow.jobs._model import (
     ACTIVE_STATES,
     Job,
+    JobScope,
     JobState,
     JobTally,
+    customer_of,
     follow_up_id,
     new_job_id,
 )
 from scrapeflow.jobs._parts import even_slices, part_ids, run_parts
-from scrapeflow.jobs._runner import EmbeddedJobQueue, JobContext, JobHandler, JobKinds, JobQueue
+from scrapeflow.jobs._runner import (
+    EmbeddedJobQueue,
+    JobContext,
+    JobHandler,
+    JobKinds,
+    JobQueue,
+    Lane,
+)
 from scrapeflow.jobs._schedule import DailySchedule
 from scrapeflow.jobs._scheduler import Scheduler, ScheduleRun
 from scrapeflow.jobs._store import JobStore, SqlJobStore, jobs_table
@@ -49,14 +60,17 @@ __all__ = [
     "JobHandler",
     "JobKinds",
     "JobQueue",
+    "JobScope",
     "JobState",
     "JobStore",
     "JobTally",
+    "Lane",
     "MemoryJobStore",
     "ProcrastinateJobQueue",
     "ScheduleRun",
     "Scheduler",
     "SqlJobStore",
+    "customer_of",
     "even_slices",
     "follow_up_id",
     "jobs_table",

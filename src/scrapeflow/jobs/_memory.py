@@ -8,7 +8,7 @@ from collections.abc import Collection, Sequence
 from datetime import datetime
 from typing import Any
 
-from scrapeflow.jobs._model import ACTIVE_STATES, Job, JobState, JobTally
+from scrapeflow.jobs._model import ACTIVE_STATES, Job, JobScope, JobState, JobTally
 
 __all__ = ["MemoryJobStore"]
 
@@ -65,6 +65,31 @@ class MemoryJobStore:
         ]
         return found[:limit]
 
+    async def latest(self, dedupe_key: str, since: datetime) -> Job | None:
+        held = [j for j in self._jobs.values() if j.dedupe_key == dedupe_key]
+        recent = [j for j in held if j.created_at >= since]
+        return _copy(max(recent, key=lambda j: j.created_at)) if recent else None
+
+    async def summaries(
+        self,
+        *,
+        scope: JobScope,
+        kind: str | None = None,
+        states: Sequence[JobState] = (),
+        limit: int = 100,
+        before: str | None = None,
+    ) -> list[Job]:
+        found = await self.find(kind=kind, states=states, limit=len(self._jobs), before=before)
+        allowed = [j for j in found if scope.allows(j)][:limit]
+        return [dataclasses.replace(j, params={}, result=None) for j in allowed]
+
+    async def quota_used(self, submitted_by: str) -> int:
+        return sum(
+            j.cost
+            for j in self._jobs.values()
+            if j.submitted_by == submitted_by and j.state in ACTIVE_STATES
+        )
+
     async def counts(self) -> dict[tuple[str, JobState], int]:
         found: dict[tuple[str, JobState], int] = {}
         for job in self._jobs.values():
@@ -80,13 +105,23 @@ class MemoryJobStore:
         return tally
 
     async def claim(
-        self, owner: str, now: datetime, limit: int, *, only: Collection[str] | None = None
+        self,
+        owner: str,
+        now: datetime,
+        limit: int,
+        *,
+        only: Collection[str] | None = None,
+        kinds: Collection[str] | None = None,
+        other_than: Collection[str] = (),
     ) -> list[Job]:
         queued = sorted(
             (
                 j
                 for j in self._jobs.values()
-                if j.state is JobState.QUEUED and (only is None or j.id in only)
+                if j.state is JobState.QUEUED
+                and (only is None or j.id in only)
+                and (kinds is None or j.kind in kinds)
+                and j.kind not in other_than
             ),
             key=lambda j: (j.created_at, j.id),
         )

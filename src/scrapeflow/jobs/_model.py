@@ -10,7 +10,16 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
-__all__ = ["ACTIVE_STATES", "Job", "JobState", "JobTally", "follow_up_id", "new_job_id"]
+__all__ = [
+    "ACTIVE_STATES",
+    "Job",
+    "JobScope",
+    "JobState",
+    "JobTally",
+    "customer_of",
+    "follow_up_id",
+    "new_job_id",
+]
 
 
 class JobState(enum.StrEnum):
@@ -72,6 +81,14 @@ class Job:
     heartbeat_at: datetime | None = None
     owner: str | None = None
     """The queue process running it (while running)."""
+    submitted_by: str | None = None
+    """The id of the API key that submitted it (None: the service's own work); a part of a
+    job (a follow-up) has its job's."""
+    customer: str | None = None
+    """The customer it works for: its params' ``customer`` (a bank job's), else its job's."""
+    cost: int = 1
+    """What it takes of its key's quota of active jobs: 1, plus the parts it will queue; a
+    part takes nothing (its job counted it)."""
 
     def as_dict(self) -> dict[str, Any]:
         """The job as JSON-ready values (times in ISO 8601, UTC)."""
@@ -90,7 +107,52 @@ class Job:
             "started_at": _iso(self.started_at),
             "finished_at": _iso(self.finished_at),
             "heartbeat_at": _iso(self.heartbeat_at),
+            "submitted_by": self.submitted_by,
+            "customer": self.customer,
         }
+
+
+def customer_of(params: dict[str, Any]) -> str | None:
+    """The customer a job's params name (``customer``), if any.
+
+    >>> customer_of({"customer": "ana", "access_id": 3}), customer_of({"urls": []})
+    ('ana', None)
+    """
+    customer = params.get("customer")
+    return customer if isinstance(customer, str) and customer else None
+
+
+@dataclass(frozen=True, slots=True)
+class JobScope:
+    """The jobs one caller may see and cancel: every job (``everything``), else those its key
+    submitted (``submitted_by``) and those of ``customer_kinds`` (a customer's refreshes)
+    working for one of ``customers`` (None: any customer). A store filters a listing by it
+    in its query; :meth:`allows` judges one job the same way.
+
+    >>> scope = JobScope(submitted_by="k1", customer_kinds=frozenset({"bank.refresh"}),
+    ...                  customers=frozenset({"ana"}))
+    >>> from datetime import UTC, datetime
+    >>> ana = Job("j", "bank.refresh", {"customer": "ana"}, JobState.QUEUED, datetime.now(UTC),
+    ...           customer="ana")
+    >>> scope.allows(ana), scope.allows(Job("f", "fetch", {}, JobState.QUEUED, ana.created_at))
+    (True, False)
+    """
+
+    everything: bool = False
+    submitted_by: str | None = None
+    customer_kinds: frozenset[str] = frozenset()
+    customers: frozenset[str] | None = None
+
+    def allows(self, job: Job) -> bool:
+        """Whether the caller may see ``job``."""
+        if self.everything:
+            return True
+        if self.submitted_by is not None and job.submitted_by == self.submitted_by:
+            return True
+        if job.kind not in self.customer_kinds:
+            return False
+        customer = job.customer or customer_of(job.params)
+        return customer is not None and (self.customers is None or customer in self.customers)
 
 
 @dataclass(slots=True)

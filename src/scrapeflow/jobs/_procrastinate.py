@@ -17,6 +17,10 @@ running job on whichever machine runs it.
   dispatches of dead workers, puts running rows whose heartbeat stopped back in the queue (or
   fails them after ``max_attempts``), and dispatches queued rows that no dispatch waits for (a
   defer that failed after the row was stored).
+* Lanes (:class:`~scrapeflow.jobs.Lane`): a lane's kinds are dispatched on a procrastinate
+  queue of their own (``{queue}.{lane}``), which a worker of its own runs with the lane's
+  concurrency, beside the worker of the other kinds (``queue``): a refresh is never queued
+  behind fetches.
 """
 
 from __future__ import annotations
@@ -52,7 +56,7 @@ from scrapeflow.jobs._dispatch import (
 )
 from scrapeflow.jobs._model import Job, JobState
 from scrapeflow.jobs._reads import StoredJobs
-from scrapeflow.jobs._runner import Followers, JobKinds
+from scrapeflow.jobs._runner import Followers, JobKinds, Lane
 from scrapeflow.jobs._store import SqlJobStore
 
 __all__ = ["ProcrastinateJobQueue"]
@@ -95,6 +99,7 @@ class ProcrastinateJobQueue(StoredJobs):
         max_attempts: int = 5,
         on_change: Callable[[Job], Awaitable[None]] | None = None,
         engine: AsyncEngine | None = None,
+        lanes: Sequence[Lane] = (),
     ) -> None:
         if concurrency < 1 or heartbeat <= 0 or poll <= 0 or max_attempts < 1 or grace < 0:
             raise ValueError(
@@ -107,6 +112,11 @@ class ProcrastinateJobQueue(StoredJobs):
         self.run_jobs = run_jobs
         self.concurrency = concurrency
         self.queue = queue
+        if any(lane.concurrency < 1 for lane in lanes):
+            raise ValueError("a lane's concurrency must be positive")
+        self.lanes = tuple(lanes)
+        """Lanes of their own for some kinds (``{queue}.{lane}``); the rest share ``queue``."""
+        self._queues = {lane.name: f"{queue}.{lane.name}" for lane in self.lanes}
         self.heartbeat = heartbeat
         self.stalled_after = stalled_after if stalled_after is not None else 3 * heartbeat
         if self.stalled_after <= heartbeat:
@@ -120,7 +130,9 @@ class ProcrastinateJobQueue(StoredJobs):
         self.name = f"{socket.gethostname()[:30]}:{os.getpid()}"
         self.app = App(
             connector=PsycopgConnector(
-                conninfo=psycopg_conninfo(db_url), min_size=1, max_size=concurrency + 3
+                conninfo=psycopg_conninfo(db_url),
+                min_size=1,
+                max_size=concurrency + sum(lane.concurrency for lane in self.lanes) + 3,
             )
         )
         self._runner = DeliveryRunner(
@@ -154,24 +166,44 @@ class ProcrastinateJobQueue(StoredJobs):
             await self.store.close()
             raise
         if self.run_jobs:
-            self._worker = asyncio.create_task(
-                self.app.run_worker_async(
-                    queues=[self.queue],
-                    name=self.name,
-                    concurrency=self.concurrency,
-                    wait=True,
-                    fetch_job_polling_interval=self.poll,
-                    abort_job_polling_interval=self.poll,
-                    shutdown_graceful_timeout=self.grace,
-                    listen_notify=True,
-                    delete_jobs="successful",  # the record is scrapeflow_jobs
-                    install_signal_handlers=False,
-                    update_heartbeat_interval=self.heartbeat,
-                    stalled_worker_timeout=self.stalled_after,
-                ),
-                name="procrastinate-worker",
-            )
+            self._worker = asyncio.create_task(self._run_workers(), name="procrastinate-workers")
         return self
+
+    async def _run_workers(self) -> None:
+        """A procrastinate worker per lane, and one for the other kinds; when one ends by
+        itself (the database went away), the others stop too, and this ends as it did."""
+        plan = [(self.queue, self.concurrency, self.name)] + [
+            (self._queues[lane.name], lane.concurrency, f"{self.name}:{lane.name}")
+            for lane in self.lanes
+        ]
+        workers = [
+            asyncio.create_task(self._one_worker(queue, concurrency, name), name=f"worker {queue}")
+            for queue, concurrency, name in plan
+        ]
+        try:
+            done, _ = await asyncio.wait(workers, return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            for worker in workers:
+                worker.cancel()
+            await asyncio.gather(*workers, return_exceptions=True)
+        for worker in done:
+            worker.result()
+
+    async def _one_worker(self, queue: str, concurrency: int, name: str) -> None:
+        await self.app.run_worker_async(
+            queues=[queue],
+            name=name,
+            concurrency=concurrency,
+            wait=True,
+            fetch_job_polling_interval=self.poll,
+            abort_job_polling_interval=self.poll,
+            shutdown_graceful_timeout=self.grace,
+            listen_notify=True,
+            delete_jobs="successful",  # the record is scrapeflow_jobs
+            install_signal_handlers=False,
+            update_heartbeat_interval=self.heartbeat,
+            stalled_worker_timeout=self.stalled_after,
+        )
 
     async def __aexit__(
         self,
@@ -204,11 +236,21 @@ class ProcrastinateJobQueue(StoredJobs):
     # -- the JobQueue interface ------------------------------------------------------------
 
     async def submit(
-        self, kind: str, params: Mapping[str, Any] | None = None, *, dedupe_key: str | None = None
+        self,
+        kind: str,
+        params: Mapping[str, Any] | None = None,
+        *,
+        dedupe_key: str | None = None,
+        submitted_by: str | None = None,
+        cost: int = 1,
     ) -> Job:
         """Queue a job of a registered ``kind``; with ``dedupe_key``, the active job holding
-        that key is returned instead of a new one."""
-        return await self._queue(self._new_job(kind, params, dedupe_key, self._now()))
+        that key is returned instead of a new one. ``submitted_by``: the API key's id that asks
+        (its owner), ``cost`` what it takes of that key's quota."""
+        job = self._new_job(
+            kind, params, dedupe_key, self._now(), submitted_by=submitted_by, cost=cost
+        )
+        return await self._queue(job)
 
     async def _queue(self, job: Job) -> Job:
         stored = await self.store.add(job)
@@ -217,7 +259,7 @@ class ProcrastinateJobQueue(StoredJobs):
             # Told before it is dispatched: a worker may start it the moment it is, and its
             # job.running must come after this job.queued.
             await self._tell(job.id)
-            await self._dispatch(job.id)
+            await self._dispatch(job.id, job.kind)
         return stored
 
     @property
@@ -274,13 +316,14 @@ class ProcrastinateJobQueue(StoredJobs):
         dispatch queued jobs that no dispatch waits for. The jobs put back or failed, as after.
         """
         manager = self.app.job_manager
-        for dispatch in await manager.get_stalled_jobs(
-            queue=self.queue, seconds_since_heartbeat=self.stalled_after
-        ):
-            try:
-                await manager.retry_job(dispatch)
-            except Exception as exc:  # another sweep got there first
-                _log.info("stalled dispatch not retried", dispatch=dispatch.id, error=repr(exc))
+        for queue in (self.queue, *self._queues.values()):
+            for dispatch in await manager.get_stalled_jobs(
+                queue=queue, seconds_since_heartbeat=self.stalled_after
+            ):
+                try:
+                    await manager.retry_job(dispatch)
+                except Exception as exc:  # another sweep got there first
+                    _log.info("stalled dispatch not retried", dispatch=dispatch.id, error=repr(exc))
         cutoff = datetime.now(UTC) - timedelta(seconds=self.stalled_after)
         ids = await self.store.requeue_stalled(cutoff, self.max_attempts)
         if ids:
@@ -291,12 +334,14 @@ class ProcrastinateJobQueue(StoredJobs):
             if job is None:
                 continue
             if job.state is JobState.QUEUED:
-                await self._dispatch(job_id)
+                await self._dispatch(job_id, job.kind)
             await self._tell(job_id)
             changed.append(job)
         for job_id in await undispatched(self.store.engine, cutoff):
             _log.warning("a queued job had no dispatch: dispatching it", job=job_id)
-            await self._dispatch(job_id)
+            queued = await self.store.get(job_id)
+            if queued is not None:
+                await self._dispatch(job_id, queued.kind)
         return changed
 
     async def _join(self, dispatch: DispatchContext, parent: Job, jobs: Sequence[Job]) -> list[Job]:
@@ -317,11 +362,17 @@ class ProcrastinateJobQueue(StoredJobs):
 
     # -- dispatch and delivery -------------------------------------------------------------
 
-    async def _dispatch(self, job_id: str) -> None:
-        """Defer the job's dispatch; one that already waits will do (the queueing lock)."""
+    def _queue_of(self, kind: str) -> str:
+        """The procrastinate queue of a job of ``kind``: its lane's, else the queue's."""
+        lane = next((lane for lane in self.lanes if lane.holds(kind)), None)
+        return self.queue if lane is None else self._queues[lane.name]
+
+    async def _dispatch(self, job_id: str, kind: str) -> None:
+        """Defer the job's dispatch on its lane's queue; one that already waits will do (the
+        queueing lock)."""
         try:
             await self._run.configure(
-                queueing_lock=dispatch_lock(job_id), queue=self.queue
+                queueing_lock=dispatch_lock(job_id), queue=self._queue_of(kind)
             ).defer_async(job_id=job_id)
         except AlreadyEnqueued:
             pass

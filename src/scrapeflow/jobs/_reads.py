@@ -13,7 +13,15 @@ from typing import Any
 from scrapeflow._util.logs import get_logger
 from scrapeflow._util.redact import redact
 from scrapeflow.errors import JobNotFound, UnknownJobKind
-from scrapeflow.jobs._model import Job, JobState, JobTally, follow_up_id, new_job_id
+from scrapeflow.jobs._model import (
+    Job,
+    JobScope,
+    JobState,
+    JobTally,
+    customer_of,
+    follow_up_id,
+    new_job_id,
+)
 from scrapeflow.jobs._store import JobStore
 
 __all__ = ["StoredJobs"]
@@ -39,20 +47,30 @@ class StoredJobs:
         now: datetime,
         parent: Job | None = None,
         key: str = "",
+        *,
+        submitted_by: str | None = None,
+        cost: int = 1,
     ) -> Job:
         """A queued job of a registered ``kind`` (:class:`UnknownJobKind` names the known); a
-        follow-up of ``parent`` under ``key`` has the id those two make (:func:`follow_up_id`).
+        follow-up of ``parent`` under ``key`` has the id those two make (:func:`follow_up_id`),
+        and its submitter and customer; it costs nothing of the quota (its job counted it).
         """
         if kind not in self.kinds:
             known = ", ".join(sorted(self.kinds)) or "none"
             raise UnknownJobKind(f"no job kind {kind!r} (known: {known})")
+        given = dict(params or {})
+        if parent is not None:
+            submitted_by, cost = parent.submitted_by, 0
         return Job(
             id=new_job_id() if parent is None else follow_up_id(parent.id, key),
             kind=kind,
-            params=dict(params or {}),
+            params=given,
             state=JobState.QUEUED,
             created_at=now,
             dedupe_key=dedupe_key,
+            submitted_by=submitted_by,
+            customer=customer_of(given) or (parent.customer if parent is not None else None),
+            cost=cost,
         )
 
     async def _follow(self, parent: Job, kind: str, params: Mapping[str, Any], key: str) -> Job:
@@ -132,6 +150,29 @@ class StoredJobs:
     ) -> list[Job]:
         """Newest first; ``before`` a job id (the page after it)."""
         return await self.store.find(kind=kind, states=states, limit=limit, before=before)
+
+    async def latest(self, dedupe_key: str, since: datetime) -> Job | None:
+        """The newest job created since ``since`` that held ``dedupe_key`` (active or ended):
+        one indexed look-up."""
+        return await self.store.latest(dedupe_key, since)
+
+    async def summaries(
+        self,
+        *,
+        scope: JobScope,
+        kind: str | None = None,
+        states: Sequence[JobState] = (),
+        limit: int = 100,
+        before: str | None = None,
+    ) -> list[Job]:
+        """The jobs ``scope`` allows, newest first, without params and result (one query)."""
+        return await self.store.summaries(
+            scope=scope, kind=kind, states=states, limit=limit, before=before
+        )
+
+    async def quota_used(self, submitted_by: str) -> int:
+        """What the active jobs of API key ``submitted_by`` take of its quota."""
+        return await self.store.quota_used(submitted_by)
 
     async def active(self, dedupe_key: str) -> Job | None:
         """The queued or running job that holds ``dedupe_key`` (what ``submit`` with that key

@@ -7,6 +7,11 @@ queue and run again (a job's effects are idempotent), up to ``max_attempts``. A 
 the process stops is simply still queued when it starts again. Stopping (:meth:`stop`) takes
 no new job, lets running ones finish within a grace period, then puts them back in the queue.
 
+**Lanes.** Jobs of some kinds may run in a lane of their own (:class:`Lane`: its kinds, its
+concurrency): the queue claims for each lane separately, so the jobs of one lane never wait
+behind another's (a customer's refresh never waits for fetches). The kinds no lane names share
+the queue's ``concurrency``.
+
 Cancelling a queued job ends it at once; a running one is stopped within ``poll`` seconds by
 the process that runs it (at once when that is this process), and what it had stored stays.
 
@@ -34,11 +39,19 @@ from typing import Any, Protocol
 from scrapeflow._util.logs import get_logger
 from scrapeflow._util.redact import redact
 from scrapeflow.errors import InputError, JobNotFound, UnknownJobKind
-from scrapeflow.jobs._model import Job, JobState, JobTally
+from scrapeflow.jobs._model import Job, JobScope, JobState, JobTally
 from scrapeflow.jobs._reads import StoredJobs
 from scrapeflow.jobs._store import JobStore
 
-__all__ = ["EmbeddedJobQueue", "Followers", "JobContext", "JobHandler", "JobKinds", "JobQueue"]
+__all__ = [
+    "EmbeddedJobQueue",
+    "Followers",
+    "JobContext",
+    "JobHandler",
+    "JobKinds",
+    "JobQueue",
+    "Lane",
+]
 
 _log = get_logger(__name__)
 _MAX_ERROR = 1_000
@@ -49,10 +62,30 @@ class JobQueue(Protocol):
     backend runs them."""
 
     async def submit(
-        self, kind: str, params: Mapping[str, Any] | None = None, *, dedupe_key: str | None = None
+        self,
+        kind: str,
+        params: Mapping[str, Any] | None = None,
+        *,
+        dedupe_key: str | None = None,
+        submitted_by: str | None = None,
+        cost: int = 1,
     ) -> Job: ...
 
     async def get(self, job_id: str) -> Job: ...
+
+    async def latest(self, dedupe_key: str, since: datetime) -> Job | None: ...
+
+    async def summaries(
+        self,
+        *,
+        scope: JobScope,
+        kind: str | None = None,
+        states: Sequence[JobState] = (),
+        limit: int = 100,
+        before: str | None = None,
+    ) -> list[Job]: ...
+
+    async def quota_used(self, submitted_by: str) -> int: ...
 
     async def active(self, dedupe_key: str) -> Job | None: ...
 
@@ -72,6 +105,24 @@ class JobQueue(Protocol):
     async def cancel(self, job_id: str) -> Job: ...
 
     async def wait(self, job_id: str) -> Job: ...
+
+
+@dataclass(frozen=True, slots=True)
+class Lane:
+    """Jobs of ``kinds`` run in a lane of their own, up to ``concurrency`` at once, never
+    queued behind the other kinds' jobs (nor they behind these).
+
+    >>> Lane("refresh", frozenset({"bank.refresh", "bank.otp"}), 4).holds("bank.otp")
+    True
+    """
+
+    name: str
+    kinds: frozenset[str]
+    concurrency: int
+
+    def holds(self, kind: str) -> bool:
+        """Whether jobs of ``kind`` run in this lane."""
+        return kind in self.kinds
 
 
 FollowUp = Callable[[Job, str, Mapping[str, Any], str], Awaitable[Job]]
@@ -156,7 +207,8 @@ class EmbeddedJobQueue(StoredJobs):
 
     ``only_submitted``: claim only the jobs :meth:`submit` returned here (created or joined),
     never another process's queued jobs; ``run_jobs=False``: claim nothing (a process that only
-    submits, or a watchdog).
+    submits, or a watchdog). ``lanes``: kinds run beside the others with a concurrency of their
+    own (``concurrency`` is the rest's).
     """
 
     def __init__(
@@ -173,9 +225,14 @@ class EmbeddedJobQueue(StoredJobs):
         only_submitted: bool = False,
         clock: Callable[[], datetime] | None = None,
         on_change: Callable[[Job], Awaitable[None]] | None = None,
+        lanes: Sequence[Lane] = (),
     ) -> None:
         if concurrency < 1 or heartbeat <= 0 or poll <= 0 or max_attempts < 1:
             raise ValueError("concurrency, heartbeat, poll and max_attempts must be positive")
+        if any(lane.concurrency < 1 for lane in lanes):
+            raise ValueError("a lane's concurrency must be positive")
+        self.lanes = tuple(lanes)
+        """Lanes of their own for some kinds; the rest share ``concurrency``."""
         self.store = store
         self.kinds = dict(kinds)
         self.concurrency = concurrency
@@ -237,11 +294,21 @@ class EmbeddedJobQueue(StoredJobs):
     # -- the JobQueue interface ------------------------------------------------------------
 
     async def submit(
-        self, kind: str, params: Mapping[str, Any] | None = None, *, dedupe_key: str | None = None
+        self,
+        kind: str,
+        params: Mapping[str, Any] | None = None,
+        *,
+        dedupe_key: str | None = None,
+        submitted_by: str | None = None,
+        cost: int = 1,
     ) -> Job:
         """Queue a job of a registered ``kind``; with ``dedupe_key``, the active job holding
-        that key is returned instead of a new one."""
-        return await self._queue(self._new_job(kind, params, dedupe_key, self._clock()))
+        that key is returned instead of a new one. ``submitted_by``: the API key's id that asks
+        (its owner), ``cost`` what it takes of that key's quota."""
+        job = self._new_job(
+            kind, params, dedupe_key, self._clock(), submitted_by=submitted_by, cost=cost
+        )
+        return await self._queue(job)
 
     def _now(self) -> datetime:
         return self._clock()
@@ -323,13 +390,8 @@ class EmbeddedJobQueue(StoredJobs):
                     await self._beat()
                 elif self._running:
                     await self._check_cancellations()
-                free = self.concurrency - len(self._running)
-                if free > 0 and not self._stopping:
-                    claimed = await self.store.claim(
-                        self.owner, self._clock(), free, only=self._claimable
-                    )
-                    for job in claimed:
-                        self._start(job)
+                if not self._stopping:
+                    await self._claim_lanes()
             except asyncio.CancelledError:
                 raise
             except Exception as exc:  # a database hiccup: try again at the next tick
@@ -338,6 +400,24 @@ class EmbeddedJobQueue(StoredJobs):
             with contextlib.suppress(TimeoutError):
                 async with asyncio.timeout(self.poll):
                     await self._wake.wait()
+
+    async def _claim_lanes(self) -> None:
+        """Claim what each lane has room for, the lanes' kinds apart from the rest's."""
+        laned = frozenset().union(*(lane.kinds for lane in self.lanes))
+        running = [ctx.job.kind for _, ctx in self._running.values()]
+        for lane in self.lanes:
+            free = lane.concurrency - sum(1 for kind in running if lane.holds(kind))
+            if free > 0:
+                for job in await self.store.claim(
+                    self.owner, self._clock(), free, only=self._claimable, kinds=lane.kinds
+                ):
+                    self._start(job)
+        free = self.concurrency - sum(1 for kind in running if kind not in laned)
+        if free > 0:
+            for job in await self.store.claim(
+                self.owner, self._clock(), free, only=self._claimable, other_than=laned
+            ):
+                self._start(job)
 
     async def _beat(self) -> None:
         """Stamp what this process runs, note cancellations, requeue what others left stalled."""

@@ -6,7 +6,13 @@ the same job twice: a claim is ``UPDATE … WHERE state = 'queued'``, a finish o
 
 ``claim`` and ``requeue_stalled`` take ``only`` (job ids): a process that runs just the jobs it
 submitted (a command-line refresh beside the service) claims and sweeps those and leaves every
-other job to the processes that run them.
+other job to the processes that run them. ``claim`` also takes the kinds of a lane (``kinds``,
+or every kind but ``other_than``): refreshes are claimed in their own lane, never behind fetches.
+
+Who submitted a job (``submitted_by``, an API key's id) and the customer it works for are
+columns with their indexes: a key's listing, its quota of active jobs and an idempotency key's
+job are each one indexed query. A table made before they existed gets them at start-up (the
+columns are nullable; its older jobs have none).
 """
 
 from __future__ import annotations
@@ -27,16 +33,22 @@ from sqlalchemy import (
     Table,
     Text,
     and_,
+    false,
     func,
     insert,
+    or_,
     select,
+    text,
+    true,
     update,
 )
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.ext.asyncio import AsyncEngine
+from sqlalchemy.schema import CreateIndex
+from sqlalchemy.sql.elements import ColumnElement
 
 from scrapeflow.db import UTCDateTime, create_engine, create_tables
-from scrapeflow.jobs._model import ACTIVE_STATES, Job, JobState, JobTally
+from scrapeflow.jobs._model import ACTIVE_STATES, Job, JobScope, JobState, JobTally
 
 __all__ = ["JobStore", "SqlJobStore", "jobs_table"]
 
@@ -60,13 +72,31 @@ jobs_table = Table(
     Column("finished_at", UTCDateTime),
     Column("heartbeat_at", UTCDateTime),
     Column("owner", String(64)),
+    # Added after the first release: nullable, so an older table gets them at start-up.
+    Column("submitted_by", String(64)),
+    Column("customer", String(64)),
+    Column("cost", Integer),
     # One active job per dedupe key: the key is copied to active_key while the job is queued
     # or running, and cleared when it ends. A plain unique index (NULLs never collide) works the
     # same on every dialect, where a partial index would not.
     Index("ix_scrapeflow_jobs_active_key", "active_key", unique=True),
     Index("ix_scrapeflow_jobs_state_created", "state", "created_at"),
     Index("ix_scrapeflow_jobs_kind_state", "kind", "state"),
+    Index("ix_scrapeflow_jobs_submitted_by", "submitted_by", "state"),
+    Index("ix_scrapeflow_jobs_customer", "customer", "id"),
+    Index("ix_scrapeflow_jobs_dedupe_key", "dedupe_key", "created_at"),
 )
+_LATER_INDEXES = frozenset(
+    {
+        "ix_scrapeflow_jobs_submitted_by",
+        "ix_scrapeflow_jobs_customer",
+        "ix_scrapeflow_jobs_dedupe_key",
+    }
+)
+"""The indexes added after the first release: made at start-up on a table that predates them."""
+_INDEX_LOCK = 0x5C4A9E_0003
+"""The PostgreSQL advisory lock processes starting together take turns on to add them."""
+_SUMMARY = [c for c in jobs_table.c if c.name not in ("params", "result")]
 
 
 class JobStore(Protocol):
@@ -97,11 +127,37 @@ class JobStore(Protocol):
     ) -> list[Job]:
         """Newest first; ``before`` a job id (the page after it)."""
 
+    async def latest(self, dedupe_key: str, since: datetime) -> Job | None:
+        """The newest job created since ``since`` that held ``dedupe_key``, in any state."""
+
+    async def summaries(
+        self,
+        *,
+        scope: JobScope,
+        kind: str | None = None,
+        states: Sequence[JobState] = (),
+        limit: int = 100,
+        before: str | None = None,
+    ) -> list[Job]:
+        """The jobs ``scope`` allows, newest first, without their params and result (left
+        empty: they are not read); ``before`` a job id (the page after it)."""
+
+    async def quota_used(self, submitted_by: str) -> int:
+        """What the active jobs of API key ``submitted_by`` take of its quota (their cost)."""
+
     async def claim(
-        self, owner: str, now: datetime, limit: int, *, only: Collection[str] | None = None
+        self,
+        owner: str,
+        now: datetime,
+        limit: int,
+        *,
+        only: Collection[str] | None = None,
+        kinds: Collection[str] | None = None,
+        other_than: Collection[str] = (),
     ) -> list[Job]:
         """Move up to ``limit`` queued jobs, oldest first, to running under ``owner``; with
-        ``only``, jobs of those ids alone (none when it is empty)."""
+        ``only``, jobs of those ids alone (none when it is empty); with ``kinds``, of those
+        kinds alone; never of the kinds ``other_than`` (another lane's)."""
 
     async def heartbeat(
         self, owner: str, progress: dict[str, dict[str, int]], now: datetime
@@ -160,6 +216,14 @@ class SqlJobStore:
         if self._engine is None:
             self._engine = create_engine(self.db_url)
         await create_tables(self.engine, metadata)
+        # create_tables adds the later columns to an older table, not their indexes.
+        later = [ix for ix in jobs_table.indexes if ix.name in _LATER_INDEXES]
+        async with self.engine.begin() as connection:
+            if connection.dialect.name == "postgresql":
+                lock = text("SELECT pg_advisory_xact_lock(:key)")
+                await connection.execute(lock, {"key": _INDEX_LOCK})
+            for index in later:
+                await connection.execute(CreateIndex(index, if_not_exists=True))
 
     async def close(self) -> None:
         if self._owns_engine and self._engine is not None:
@@ -219,6 +283,48 @@ class SqlJobStore:
             rows = (await connection.execute(query)).all()
         return [_job(r._mapping) for r in rows]
 
+    async def latest(self, dedupe_key: str, since: datetime) -> Job | None:
+        c = jobs_table.c
+        query = (
+            select(jobs_table)
+            .where(c.dedupe_key == dedupe_key, c.created_at >= since)
+            .order_by(c.created_at.desc())
+            .limit(1)
+        )
+        async with self.engine.connect() as connection:
+            found = (await connection.execute(query)).first()
+        return None if found is None else _job(found._mapping)
+
+    async def summaries(
+        self,
+        *,
+        scope: JobScope,
+        kind: str | None = None,
+        states: Sequence[JobState] = (),
+        limit: int = 100,
+        before: str | None = None,
+    ) -> list[Job]:
+        c = jobs_table.c
+        query = select(*_SUMMARY).where(_allowed(scope)).order_by(c.id.desc()).limit(limit)
+        if kind is not None:
+            query = query.where(c.kind == kind)
+        if states:
+            query = query.where(c.state.in_([s.value for s in states]))
+        if before is not None:
+            query = query.where(c.id < before)
+        async with self.engine.connect() as connection:
+            rows = (await connection.execute(query)).all()
+        return [_job(r._mapping) for r in rows]
+
+    async def quota_used(self, submitted_by: str) -> int:
+        c = jobs_table.c
+        query = select(func.coalesce(func.sum(func.coalesce(c.cost, 1)), 0)).where(
+            c.submitted_by == submitted_by,
+            c.state.in_([s.value for s in ACTIVE_STATES]),
+        )
+        async with self.engine.connect() as connection:
+            return int((await connection.execute(query)).scalar_one())
+
     async def counts(self) -> dict[tuple[str, JobState], int]:
         c = jobs_table.c
         async with self.engine.connect() as connection:
@@ -243,9 +349,16 @@ class SqlJobStore:
         return tally
 
     async def claim(
-        self, owner: str, now: datetime, limit: int, *, only: Collection[str] | None = None
+        self,
+        owner: str,
+        now: datetime,
+        limit: int,
+        *,
+        only: Collection[str] | None = None,
+        kinds: Collection[str] | None = None,
+        other_than: Collection[str] = (),
     ) -> list[Job]:
-        if limit < 1 or (only is not None and not only):
+        if limit < 1 or (only is not None and not only) or (kinds is not None and not kinds):
             return []
         query = (
             select(jobs_table.c.id)
@@ -255,6 +368,10 @@ class SqlJobStore:
         )
         if only is not None:
             query = query.where(jobs_table.c.id.in_(list(only)))
+        if kinds is not None:
+            query = query.where(jobs_table.c.kind.in_(list(kinds)))
+        if other_than:
+            query = query.where(jobs_table.c.kind.not_in(list(other_than)))
         claimed: list[Job] = []
         async with self.engine.begin() as connection:
             candidates = (await connection.execute(query)).scalars()
@@ -414,22 +531,40 @@ def _row(job: Job) -> dict[str, Any]:
         "finished_at": job.finished_at,
         "heartbeat_at": job.heartbeat_at,
         "owner": job.owner,
+        "submitted_by": job.submitted_by,
+        "customer": job.customer,
+        "cost": job.cost,
     }
+
+
+def _allowed(scope: JobScope) -> ColumnElement[bool]:
+    """:meth:`JobScope.allows` as a condition on the table (its indexed columns)."""
+    c = jobs_table.c
+    if scope.everything:
+        return true()
+    mine = c.submitted_by == scope.submitted_by if scope.submitted_by is not None else false()
+    if not scope.customer_kinds:
+        return mine
+    theirs = c.customer.is_not(None)
+    if scope.customers is not None:
+        theirs = c.customer.in_(sorted(scope.customers))
+    return or_(mine, and_(c.kind.in_(sorted(scope.customer_kinds)), theirs))
 
 
 def _job(row: Any) -> Job:
     def loaded(value: Any) -> Any:
         return json.loads(value) if isinstance(value, str) else value
 
+    # A summary's row has no params nor result: they stay empty.
     return Job(
         id=row["id"],
         kind=row["kind"],
-        params=loaded(row["params"]) or {},
+        params=loaded(row.get("params")) or {},
         state=JobState(row["state"]),
         created_at=row["created_at"],
         dedupe_key=row["dedupe_key"],
         progress=loaded(row["progress"]) or {},
-        result=loaded(row["result"]),
+        result=loaded(row.get("result")),
         error=row["error"],
         attempts=row["attempts"],
         cancel_requested=bool(row["cancel_requested"]),
@@ -437,4 +572,7 @@ def _job(row: Any) -> Job:
         finished_at=row["finished_at"],
         heartbeat_at=row["heartbeat_at"],
         owner=row["owner"],
+        submitted_by=row["submitted_by"],
+        customer=row["customer"],
+        cost=1 if row["cost"] is None else row["cost"],
     )

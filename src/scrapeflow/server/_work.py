@@ -1,6 +1,12 @@
 """The job kinds the service runs, by name: what ``POST …/refresh`` and ``POST /v1/jobs`` queue;
 and the queue that runs them, on the ``jobs_backend`` setting (the service's own, or
-procrastinate workers: the same kinds, in ``scrapeflow worker`` processes)."""
+procrastinate workers: the same kinds, in ``scrapeflow worker`` processes).
+
+Bank work runs in a lane of its own (:func:`refresh_lane`, ``refresh_concurrency``): a
+customer's refresh or one-time code never waits behind fetch or run jobs (``job_concurrency``).
+A refresh spread over workers waits for its ``bank.access`` parts, which are in its lane too;
+it cannot deadlock on them: a part still queued when its refresh waits runs inside the
+refresh's own slot (:meth:`~scrapeflow.jobs.JobContext.join`)."""
 
 from __future__ import annotations
 
@@ -11,7 +17,15 @@ from typing import TYPE_CHECKING, Any
 from sqlalchemy.ext.asyncio import AsyncEngine
 
 from scrapeflow.config import Settings
-from scrapeflow.jobs import JobContext, JobHandler, JobQueue, even_slices, part_ids, run_parts
+from scrapeflow.jobs import (
+    JobContext,
+    JobHandler,
+    JobQueue,
+    Lane,
+    even_slices,
+    part_ids,
+    run_parts,
+)
 from scrapeflow.server._events import EventLog
 
 if TYPE_CHECKING:
@@ -22,7 +36,22 @@ if TYPE_CHECKING:
 RUN_BATCH = "batch"
 """The follow-up keys of a run job's batches: batch-0, batch-1…"""
 
-__all__ = ["api_job_kinds", "chain_job_kinds", "job_kinds", "job_queue", "run_batches"]
+__all__ = [
+    "api_job_kinds",
+    "chain_job_kinds",
+    "job_kinds",
+    "job_queue",
+    "refresh_lane",
+    "run_batches",
+]
+
+
+def refresh_lane(settings: Settings) -> Lane:
+    """The lane of bank work: refreshes, their accesses, one-time codes."""
+    from scrapeflow.banking import BANK_ACCESS, BANK_OTP, BANK_REFRESH
+
+    kinds = frozenset({BANK_REFRESH, BANK_ACCESS, BANK_OTP})
+    return Lane("refresh", kinds, settings.refresh_concurrency)
 
 
 def job_kinds(
@@ -142,6 +171,7 @@ async def job_queue(
             heartbeat=settings.job_heartbeat,
             on_change=events.job_changed,
             engine=engine,
+            lanes=[refresh_lane(settings)],
         )
     else:
         from scrapeflow.jobs import EmbeddedJobQueue, SqlJobStore
@@ -153,6 +183,7 @@ async def job_queue(
             heartbeat=settings.job_heartbeat,
             run_jobs=run_jobs,
             on_change=events.job_changed,
+            lanes=[refresh_lane(settings)],
         )
     try:
         async with queue as opened:
