@@ -61,8 +61,8 @@ async def test_a_reader_never_skips_an_event_another_process_commits_late(db_url
 async def test_a_stream_hears_at_once_of_events_another_process_stored(pg_url: str) -> None:
     engines = [create_engine(pg_url) for _ in range(2)]
     try:
-        # A poll far longer than the wait below: only a notice can wake the stream in time.
-        async with EventLog(engines[0]) as worker, EventLog(engines[1], poll=3600) as server:
+        # A catch-up far longer than the wait below: only a notice can wake the stream in time.
+        async with EventLog(engines[0]) as worker, EventLog(engines[1], catch_up=3600) as server:
             assert server._notices is not None
             await asyncio.wait_for(server._notices.listening.wait(), 10)
             stream = server.stream(0, customer="ana")

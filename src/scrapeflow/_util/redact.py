@@ -20,7 +20,7 @@ import re
 import sys
 from typing import Any
 
-__all__ = ["redact", "redact_value"]
+__all__ = ["redact", "redact_url", "redact_value"]
 
 _MASK = "***@"
 # A token ends at whitespace, a quote or an angle bracket (the first alternative's alphabet).
@@ -34,6 +34,11 @@ _LETTERS = frozenset("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ")
 _EQUALS_OR_COMMA = re.compile(r"[=,]")
 # "password=secret" or "password='se cret'" in a key=value connection string (libpq, psycopg).
 _CONNINFO_PASSWORD = re.compile(r"(?i)\b(password)=('(?:[^'\\]|\\.)*'|[^\s'\"]+)")
+# Query parameters whose value is a credential, by a word in their name (case-insensitive):
+# ?token=, ?api_key=, ?X-Amz-Signature=, ?session_id=, ?code= (an OAuth code)…
+_SECRET_NAME = re.compile(
+    r"(?i)(token|key|secret|pass|pwd|auth|sig|session|code|credential|jwt|ticket|nonce|otp)"
+)
 # "No scheme left in the token": its "://" is past any index, so it is never searched again.
 _NO_SCHEME = (-1, sys.maxsize)
 
@@ -179,3 +184,27 @@ def redact_value(value: Any) -> Any:
     if isinstance(value, list | tuple | set | frozenset):
         return type(value)(redact_value(v) for v in value)
     return value
+
+
+def redact_url(url: str) -> str:
+    """``url`` as it may be shown: its credentials (userinfo) and the values of its query
+    parameters that name a secret (``token``, ``api_key``, ``sig``, ``password``…) replaced
+    by ``***``; the rest as given, byte for byte.
+
+    >>> redact_url("https://shop.example/p?page=2&token=abc&api_key=k1#top")
+    'https://shop.example/p?page=2&token=***&api_key=***#top'
+    >>> redact_url("http://bob:hunter2@h/?X-Amz-Signature=f00&q=ok")
+    'http://***@h/?X-Amz-Signature=***&q=ok'
+    """
+    url = redact(url)
+    start = url.find("?")
+    if start < 0:
+        return url
+    end = url.find("#", start)
+    end = len(url) if end < 0 else end
+    shown = []
+    for pair in url[start + 1 : end].split("&"):
+        name, equals, value = pair.partition("=")
+        secret = equals and value and _SECRET_NAME.search(name) is not None
+        shown.append(f"{name}=***" if secret else pair)
+    return f"{url[: start + 1]}{'&'.join(shown)}{url[end:]}"

@@ -11,9 +11,13 @@ advisory lock (a sequence hands out ids at insert, not at commit, so without it 
 N-1 could commit after another's N); SQLite lets one writer in at a time by itself.
 ``append`` returns once its event is stored.
 
-A stream wakes only for events of its own customer or job, stored by this process or — on
-PostgreSQL, through ``LISTEN/NOTIFY`` (:mod:`scrapeflow.server._notify`) — by any other; it also
-looks every ``poll`` seconds, in case a notice was lost.
+A stream reads the database only when woken for events of its own customer or job, stored by
+this process or by any other: on PostgreSQL through ``LISTEN/NOTIFY``
+(:mod:`scrapeflow.server._notify`); on other databases one reader per process (the "tail")
+looks every ``tail_every`` second for new events' customers and jobs, whatever the number of
+streams. A stream also reads at a periodic catch-up (every ``catch_up`` seconds, jittered from
+0.75 to 1.5 times, so that a thousand streams do not read at once), in case a notice was lost.
+An idle stream holds no database connection: it waits on an in-process event.
 
 An ``outbox`` hook runs inside the transaction that stores the event: what it writes (the
 webhook deliveries the event calls for) commits with the event or not at all.
@@ -23,6 +27,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import random
 from collections.abc import AsyncIterator, Awaitable, Callable, Collection, Iterator, Mapping
 from dataclasses import dataclass
 from datetime import UTC, datetime
@@ -37,17 +42,22 @@ from sqlalchemy import (
     MetaData,
     String,
     Table,
+    func,
     insert,
     select,
     text,
 )
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
+from scrapeflow._util.logs import get_logger
+from scrapeflow._util.tasks import stop_task
 from scrapeflow.db import UTCDateTime, create_tables
 from scrapeflow.jobs import Job, JobState
 from scrapeflow.server._notify import EventNotices
 
 __all__ = ["EVENT_KINDS", "FINAL_JOB_EVENTS", "Event", "EventLog", "Outbox", "events_table"]
+
+_log = get_logger(__name__)
 
 metadata = MetaData()
 events_table = Table(
@@ -111,6 +121,10 @@ class _NewEvent:
 _CLOSE_WAIT = 10.0  # seconds a close waits for the events being stored
 _BATCH = 500
 """Events stored in one transaction at most."""
+_READ = 500
+"""Events one read of a stream returns at most."""
+_TAIL_ROWS = 1_000
+"""New events the tail reads at once; past it, every stream is woken."""
 _EVENT_WRITERS_LOCK = 0x5CF1E7E4
 """The PostgreSQL advisory lock the event writers of every process take turns on."""
 
@@ -123,17 +137,26 @@ class EventLog:
     """The stored, numbered events, and a wake-up for the streams reading them."""
 
     def __init__(
-        self, engine: AsyncEngine, *, poll: float = 1.0, outbox: Outbox | None = None
+        self,
+        engine: AsyncEngine,
+        *,
+        catch_up: float = 20.0,
+        tail_every: float = 1.0,
+        outbox: Outbox | None = None,
     ) -> None:
         self.engine = engine
-        self.poll = poll
-        """How often a stream looks for events written by another process."""
+        self.catch_up = catch_up
+        """About how often an idle stream reads anyway, in case a wake-up was lost (jittered)."""
+        self.tail_every = tail_every
+        """How often, without ``LISTEN/NOTIFY`` (SQLite), this process looks for the events
+        other processes stored (one query for all its streams, none while none is open)."""
         self.outbox = outbox
         self._pending: list[tuple[_NewEvent, asyncio.Future[int]]] = []
         self._writer: asyncio.Task[None] | None = None
         self._changed = asyncio.Event()
         self._watchers: dict[tuple[str, str], set[asyncio.Event]] = {}
         self._notices: EventNotices | None = None
+        self._tail: asyncio.Task[None] | None = None
 
     @property
     def next_change(self) -> asyncio.Event:
@@ -148,6 +171,8 @@ class EventLog:
         if self.engine.dialect.name == "postgresql" and self._notices is None:
             self._notices = EventNotices(self.engine, self._wake_for)
             await self._notices.start()
+        elif self.engine.dialect.name != "postgresql" and self._tail is None:
+            self._tail = asyncio.create_task(self._follow_tail(), name="event log tail")
 
     async def close(self) -> None:
         """Let the events being stored land (bounded), then stop listening."""
@@ -161,6 +186,47 @@ class EventLog:
         if self._notices is not None:
             await self._notices.stop()
             self._notices = None
+        await stop_task(self._tail)
+        self._tail = None
+
+    async def _follow_tail(self) -> None:
+        """Without notices: wake the streams of the customers and jobs of the events stored
+        since the last look (by any process), one query per ``tail_every`` while streams are
+        open, none otherwise."""
+        last: int | None = None
+        while True:
+            await asyncio.sleep(self.tail_every)
+            try:
+                if not self._watchers:
+                    last = None  # the streams that open next read the log themselves
+                    continue
+                if last is None:
+                    last = await self._last_id()
+                    continue
+                last = await self._wake_since(last)
+            except Exception as exc:  # the database away for a moment: look again later
+                _log.warning("could not look for new events", error=type(exc).__name__)
+
+    async def _last_id(self) -> int:
+        async with self.engine.connect() as connection:
+            found = await connection.scalar(select(func.max(events_table.c.id)))
+        return int(found or 0)
+
+    async def _wake_since(self, last: int) -> int:
+        c = events_table.c
+        query = (
+            select(c.id, c.customer, c.job_id).where(c.id > last).order_by(c.id).limit(_TAIL_ROWS)
+        )
+        async with self.engine.connect() as connection:
+            rows = (await connection.execute(query)).all()
+        if len(rows) == _TAIL_ROWS:
+            self._wake_for(None, None)
+        elif rows:
+            self._wake_for(
+                {r.customer for r in rows if r.customer is not None},
+                {r.job_id for r in rows if r.job_id is not None},
+            )
+        return int(rows[-1].id) if rows else last
 
     async def __aenter__(self) -> EventLog:
         await self.open()
@@ -303,7 +369,7 @@ class EventLog:
         *,
         customer: str | None = None,
         job_id: str | None = None,
-        limit: int = 500,
+        limit: int = _READ,
     ) -> list[Event]:
         query = (
             select(events_table)
@@ -330,19 +396,42 @@ class EventLog:
         *,
         customer: str | None = None,
         job_id: str | None = None,
+        until: Awaitable[object] | None = None,
     ) -> AsyncIterator[Event]:
-        """Events after ``after_id``, as they come; a job's stream ends with its final event."""
-        with self._watching(customer, job_id) as woken:
-            while True:
-                woken.clear()  # before the read: an event stored after it sets it again
-                batch = await self.after(after_id, customer=customer, job_id=job_id)
-                for event in batch:
-                    after_id = event.id
-                    yield event
-                    if job_id is not None and event.kind in FINAL_JOB_EVENTS:
-                        return
-                if batch:
-                    continue
-                with contextlib.suppress(TimeoutError):
-                    async with asyncio.timeout(self.poll):
-                        await woken.wait()
+        """Events after ``after_id``, as they come; a job's stream ends with its final event.
+        ``until``: the stream ends (within moments, idle or not) once it is done — the
+        caller's key revoked or expired. Between reads the stream holds no connection."""
+        ended = None if until is None else asyncio.ensure_future(until)
+        try:
+            with self._watching(customer, job_id) as woken:
+                while ended is None or not ended.done():
+                    woken.clear()  # before the read: an event stored after it sets it again
+                    batch = await self.after(after_id, customer=customer, job_id=job_id)
+                    for event in batch:
+                        if ended is not None and ended.done():
+                            return
+                        after_id = event.id
+                        yield event
+                        if job_id is not None and event.kind in FINAL_JOB_EVENTS:
+                            return
+                    if len(batch) < _READ:  # all there was: wait to be woken
+                        await self._idle(woken, ended)
+        finally:
+            if ended is not None and not ended.done():
+                ended.cancel()
+
+    async def _idle(self, woken: asyncio.Event, ended: asyncio.Future[object] | None) -> None:
+        """Until woken for the stream's events, or its catch-up is due, or it is ``ended``."""
+        if woken.is_set():
+            return
+        pause = self.catch_up * random.uniform(0.75, 1.5)
+        waker: asyncio.Future[Any] = asyncio.ensure_future(woken.wait())
+        waiting: list[asyncio.Future[Any]] = [waker] if ended is None else [waker, ended]
+        try:
+            await asyncio.wait(
+                waiting,
+                timeout=pause,
+                return_when=asyncio.FIRST_COMPLETED,
+            )
+        finally:
+            waker.cancel()

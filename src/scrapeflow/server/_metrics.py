@@ -114,6 +114,11 @@ class ServiceMetrics:
             ["route"],
             registry=self.registry,
         )
+        self._stream_errors = Counter(
+            "scrapeflow_sse_errors",
+            "Event streams that failed after their answer started (also counted as API errors).",
+            registry=self.registry,
+        )
         self.requests = 0
         self.errors = 0
         self.sse_clients = 0
@@ -134,6 +139,12 @@ class ServiceMetrics:
         self._api_requests.labels(method_label(method), route, str(status)).inc()
         if not streamed:
             self._api_latency.labels(route).observe(seconds)
+
+    def stream_failed(self) -> None:
+        """Count an event stream that failed after its answer had started: its status (200)
+        was sent already, but it is an error of the service like a 5xx (``/v1/stats``)."""
+        self.errors += 1
+        self._stream_errors.inc()
 
     @contextmanager
     def streaming(self) -> Iterator[None]:

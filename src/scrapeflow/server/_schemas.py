@@ -18,6 +18,7 @@ from pydantic import (
     model_validator,
 )
 
+from scrapeflow._util.redact import redact_url
 from scrapeflow.executors import (
     MAX_RUN_BATCHES,
     MAX_RUN_DELAY,
@@ -39,7 +40,7 @@ from scrapeflow.fetch import (
     MAX_JOB_URL_LENGTH,
     FetchItemOutcome,
 )
-from scrapeflow.jobs import Job
+from scrapeflow.jobs import Job, customer_of
 from scrapeflow.status import check_key
 from scrapeflow.urllist import check_url
 
@@ -62,6 +63,7 @@ __all__ = [
     "JobList",
     "JobOut",
     "JobResults",
+    "JobSummaryOut",
     "MachineOut",
     "MovementOut",
     "MovementPage",
@@ -79,14 +81,24 @@ __all__ = [
 ]
 
 
-class JobOut(BaseModel):
+SHOWN_ITEMS = 20
+"""A job's view shows this many items of each list in its params (URLs, tasks), and counts
+the rest (``{name}_total``)."""
+_SHOWN_TEXT = 2_000
+"""Characters of one string of a job's params a view shows (longer ones are cut)."""
+
+
+class JobSummaryOut(BaseModel):
+    """A job as a listing shows it: no params, no results (``GET /v1/jobs/{id}`` has them)."""
+
     id: str
     kind: str
-    params: dict[str, Any]
-    """What the job was given; a sealed secret (``*_sealed``, a one-time code) is left out."""
     state: str
+    customer: str | None
+    """The customer a bank job works for."""
+    submitted_by: str | None
+    """The id of the API key that submitted it (fetch and run jobs)."""
     progress: dict[str, int]
-    result: dict[str, Any] | None
     error: str | None
     attempts: int
     cancel_requested: bool
@@ -95,25 +107,69 @@ class JobOut(BaseModel):
     finished_at: datetime | None
 
     @classmethod
+    def of(cls, job: Job) -> JobSummaryOut:
+        return cls(**_summary(job))
+
+
+class JobOut(JobSummaryOut):
+    """A job whole: its summary, what it was given and what it did."""
+
+    params: dict[str, Any]
+    """What the job was given, bounded: the first 20 items of each list (URLs, tasks) with
+    ``{name}_total`` the count; each URL's credentials and secret query values shown as
+    ``***``; a sealed secret (``*_sealed``, a one-time code) left out."""
+    result: dict[str, Any] | None
+
+    @classmethod
     def of(cls, job: Job) -> JobOut:
-        return cls(
-            id=job.id,
-            kind=job.kind,
-            params={k: v for k, v in job.params.items() if not k.endswith("_sealed")},
-            state=job.state.value,
-            progress=job.progress,
-            result=job.result,
-            error=job.error,
-            attempts=job.attempts,
-            cancel_requested=job.cancel_requested,
-            created_at=job.created_at,
-            started_at=job.started_at,
-            finished_at=job.finished_at,
-        )
+        params = {k: v for k, v in job.params.items() if not k.endswith("_sealed")}
+        return cls(**_summary(job), params=_shown_params(params), result=job.result)
+
+
+def _summary(job: Job) -> dict[str, Any]:
+    return {
+        "id": job.id,
+        "kind": job.kind,
+        "state": job.state.value,
+        "customer": job.customer or customer_of(job.params),
+        "submitted_by": job.submitted_by,
+        "progress": job.progress,
+        "error": job.error,
+        "attempts": job.attempts,
+        "cancel_requested": job.cancel_requested,
+        "created_at": job.created_at,
+        "started_at": job.started_at,
+        "finished_at": job.finished_at,
+    }
+
+
+def _shown_params(params: dict[str, Any]) -> dict[str, Any]:
+    """A job's params as a view shows them (see :attr:`JobOut.params`)."""
+    shown: dict[str, Any] = {}
+    for name, value in params.items():
+        if isinstance(value, list) and len(value) > SHOWN_ITEMS:
+            shown[f"{name}_total"] = len(value)
+        shown[name] = _shown(value)
+    return shown
+
+
+def _shown(value: Any, depth: int = 0) -> Any:
+    if depth > 8:  # what a client nested deeper is not shown
+        return None
+    if isinstance(value, str):
+        cut = value if len(value) <= _SHOWN_TEXT else value[:_SHOWN_TEXT] + "…"
+        return redact_url(cut) if cut.startswith(("http://", "https://")) else cut
+    if isinstance(value, list):
+        return [_shown(item, depth + 1) for item in value[:SHOWN_ITEMS]]
+    if isinstance(value, dict):
+        items = list(value.items())[:SHOWN_ITEMS]
+        return {str(k): _shown(v, depth + 1) for k, v in items}
+    return value
 
 
 class JobList(BaseModel):
-    jobs: list[JobOut]
+    jobs: list[JobSummaryOut]
+    """Summaries: no params nor results (``GET /v1/jobs/{id}`` for one job whole)."""
     next_before: str | None
     """Pass as ``before`` for the next (older) page; null at the end."""
 
@@ -328,7 +384,7 @@ class JobIn(RootModel[Annotated[FetchJobIn | RunJobIn, Field(discriminator="kind
 
 class FetchItemOut(BaseModel):
     """One URL of a fetch job: ``stored``, ``failed``, ``pending`` (the job is active) or
-    ``not_fetched`` (the job ended before it)."""
+    ``not_fetched`` (the job ended before it). URLs are shown with their secrets as ``***``."""
 
     index: int
     url: str
@@ -346,12 +402,12 @@ class FetchItemOut(BaseModel):
     def of(cls, outcome: FetchItemOutcome) -> FetchItemOut:
         return cls(
             index=outcome.index,
-            url=outcome.url,
+            url=redact_url(outcome.url),
             outcome=outcome.outcome,
             status=outcome.status,
             sha384=outcome.sha384,
             size=outcome.size,
-            final_url=outcome.final_url,
+            final_url=None if outcome.final_url is None else redact_url(outcome.final_url),
             error=outcome.error,
         )
 
@@ -384,7 +440,7 @@ class RunTaskOut(BaseModel):
         return cls(
             index=outcome.index,
             key=outcome.key,
-            url=outcome.url,
+            url=None if outcome.url is None else redact_url(outcome.url),
             state=outcome.state,
             executors={n: ExecutorOutcomeOut.of(e) for n, e in outcome.executors.items()},
         )

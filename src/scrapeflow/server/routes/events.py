@@ -1,8 +1,15 @@
 """Server-sent events: ``/v1/customers/{customer}/events`` and ``/v1/jobs/{job_id}/events``.
 
 Each event carries its stored id; reconnecting with ``Last-Event-ID`` (or ``?after=``) resumes
-right after it: no gap, no duplicate. A job's stream ends with its final ``job.*`` event; a
-customer's stream goes on until the client leaves (keep-alive comments keep proxies open).
+right after it: no gap, no duplicate. An id is digits, at most 2**63-1 (422 ``invalid-request``
+otherwise, before the stream starts). A job's stream ends with its final ``job.*`` event; a
+customer's stream goes on until the client leaves (keep-alive comments keep proxies open), or
+until the key is revoked or expires (the stream then ends within a second).
+
+Fair use: a key holds at most ``max_streams_per_key`` streams open, the service
+``max_streams`` (429 ``too-many-streams`` with ``Retry-After`` beyond, before the stream
+starts). An idle stream holds no database connection. A stream that fails after it started
+(its 200 already sent) ends with an ``error`` event, and counts as an error in ``/v1/stats``.
 """
 
 from __future__ import annotations
@@ -13,7 +20,8 @@ from typing import Annotated
 from fastapi import APIRouter, Depends, Header, Query
 from fastapi.sse import EventSourceResponse, ServerSentEvent
 
-from scrapeflow.server._deps import State, caller_with
+from scrapeflow._util.logs import get_logger
+from scrapeflow.server._deps import State, caller_with, check_customer
 from scrapeflow.server._events import Event
 from scrapeflow.server._keys import ApiKey, Scope
 from scrapeflow.server._metrics import ServiceMetrics, service_metrics
@@ -21,23 +29,47 @@ from scrapeflow.server._problems import Problem
 from scrapeflow.server.routes.customers import CustomerReader
 from scrapeflow.server.routes.jobs import visible_job
 
-__all__ = ["customer_events", "job_events", "router"]
+__all__ = ["MAX_EVENT_ID", "customer_events", "job_events", "router"]
+
+_log = get_logger(__name__)
+
+MAX_EVENT_ID = 2**63 - 1
+"""The largest event id there can be (the database's BIGINT)."""
 
 router = APIRouter(tags=["events"])
 Reader = Annotated[ApiKey, Depends(caller_with(Scope.READ))]
-LastEventId = Annotated[str | None, Header(alias="Last-Event-ID", max_length=20)]
-After = Annotated[int | None, Query(ge=0, description="resume after this event id")]
+# Checked by _start, not by FastAPI: a dependency's invalid parameter does not stop the ones
+# after it (the job's look-up would answer 404 first).
+LastEventId = Annotated[
+    str | None, Header(alias="Last-Event-ID", description="resume after this event id")
+]
+After = Annotated[
+    str | None,
+    Query(description="resume after this event id (digits, at most 2**63-1)", examples=["42"]),
+]
 Metrics = Annotated[ServiceMetrics, Depends(service_metrics)]
 
 
-def _start(last_event_id: str | None, after: int | None) -> int:
+def _start(last_event_id: str | None, after: str | None) -> int:
+    """The id to resume after: ``?after=``, else ``Last-Event-ID``, else 0."""
     if after is not None:
-        return after
+        return _event_id("after", after)
     if last_event_id is None or not last_event_id.strip():
         return 0
-    if not last_event_id.strip().isdigit():
-        raise Problem(422, "invalid-request", "Last-Event-ID must be an event id (digits)")
-    return int(last_event_id)
+    return _event_id("Last-Event-ID", last_event_id.strip())
+
+
+def _event_id(name: str, given: str) -> int:
+    # isascii: str.isdigit also takes "²" and other digits int() refuses or reads otherwise
+    if not (0 < len(given) <= 19 and given.isascii() and given.isdigit()):
+        raise Problem(
+            422, "invalid-request", f"{name} must be an event id: digits, at most 2**63-1"
+        )
+    if int(given) > MAX_EVENT_ID:
+        raise Problem(
+            422, "invalid-request", f"{name} must be an event id: digits, at most 2**63-1"
+        )
+    return int(given)
 
 
 def _sse(event: Event) -> ServerSentEvent:
@@ -52,9 +84,53 @@ def _start_from(last_event_id: LastEventId = None, after: After = None) -> int:
     return _start(last_event_id, after)
 
 
+async def _customer_stream_slot(customer: str, state: State, key: Reader) -> AsyncIterator[None]:
+    """A stream's place among the key's and the service's, held until the stream ends. Taken
+    before the customer is looked up: a refused stream costs no database read."""
+    check_customer(key, customer)
+    with state.streams.taken(key.id):
+        yield
+
+
+async def _job_stream_slot(state: State, key: Reader) -> AsyncIterator[None]:
+    """As :func:`_customer_stream_slot`: taken before the job is looked up."""
+    with state.streams.taken(key.id):
+        yield
+
+
+async def _events(
+    state: State,
+    key: ApiKey,
+    metrics: ServiceMetrics,
+    start: int,
+    *,
+    customer: str | None = None,
+    job_id: str | None = None,
+) -> AsyncIterator[ServerSentEvent]:
+    """The stream's events until it ends, the client leaves or the key is revoked."""
+    revoked = state.keys.revoked_signal(key.id)  # held while the stream is: see KeyRing
+    with metrics.streaming():
+        try:
+            async for event in state.events.stream(
+                start, customer=customer, job_id=job_id, until=revoked.wait()
+            ):
+                yield _sse(event)
+        except Exception as exc:  # after the 200: the client is told, and stats count it
+            metrics.stream_failed()
+            _log.warning("an event stream failed", error=type(exc).__name__)
+            yield ServerSentEvent(
+                event="error",
+                data={
+                    "type": "stream-failed",
+                    "detail": "the stream failed; reconnect with Last-Event-ID to resume",
+                },
+            )
+
+
 @router.get("/v1/customers/{customer}/events", response_class=EventSourceResponse)
 async def customer_events(
     customer: str,
+    _slot: Annotated[None, Depends(_customer_stream_slot)],
     key: CustomerReader,  # checked before the stream starts: after, errors can't be 4xx
     state: State,
     start: Annotated[int, Depends(_start_from)],
@@ -62,19 +138,19 @@ async def customer_events(
 ) -> AsyncIterator[ServerSentEvent]:
     """Everything that happens to the customer, live: refresh jobs queued, started and ended,
     accounts and movements batches as they land, each access's end, "all updated"."""
-    with metrics.streaming():
-        async for event in state.events.stream(start, customer=customer):
-            yield _sse(event)
+    async for sent in _events(state, key, metrics, start, customer=customer):
+        yield sent
 
 
 @router.get("/v1/jobs/{job_id}/events", response_class=EventSourceResponse)
 async def job_events(
+    start: Annotated[int, Depends(_start_from)],  # a bad id is a 422, whatever the job
+    _slot: Annotated[None, Depends(_job_stream_slot)],
     job_id: Annotated[str, Depends(_readable_job)],
+    key: Reader,
     state: State,
-    start: Annotated[int, Depends(_start_from)],
     metrics: Metrics,
 ) -> AsyncIterator[ServerSentEvent]:
     """One job's events, live, until it ends."""
-    with metrics.streaming():
-        async for event in state.events.stream(start, job_id=job_id):
-            yield _sse(event)
+    async for sent in _events(state, key, metrics, start, job_id=job_id):
+        yield sent

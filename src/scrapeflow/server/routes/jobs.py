@@ -1,12 +1,24 @@
-"""``/v1/jobs``: create (``fetch``, ``run``), list, get, cancel, results. A key restricted to
-customers sees only their refreshes, and creates no job here.
+"""``/v1/jobs``: create (``fetch``, ``run``), list, get, cancel, results.
+
+Who sees what: an unrestricted ``admin`` key every job; any other key the fetch and run jobs
+it submitted (their parts included) and the refreshes and one-time codes of its customers (a
+key restricted to customers: of those; else of any). Another key's job is a 404, as if it did
+not exist. A key restricted to customers creates no job here. A listing is one query, filtered
+by those rules in SQL, and shows summaries (no params, no results); one job's view shows its
+params bounded (the first items of each list, and their count), URLs with their secrets as
+``***``.
+
+Fair use: a key has at most ``max_jobs_per_key`` fetch and run jobs queued or running, a job
+split into shards or batches counting each part (429 ``too-many-jobs`` beyond); every URL a
+client gives passes the egress policy before the job is queued (422 ``egress-blocked``).
 
 Nothing a client sends names code or a place: executors are registered names, URLs are
 fetched, and where a job writes is the service's choice (``jobs_store``, ``jobs_dir``).
 
 ``Idempotency-Key``: a POST that carries one gets, for the same key from the same API key
 within 24 hours, the job the first one made (202, same id), whatever its state; the same key
-with another body is refused (422 ``idempotency-key-reused``).
+with another body is refused (422 ``idempotency-key-reused``). The first job is found by an
+index on its key, whatever the number of jobs.
 """
 
 from __future__ import annotations
@@ -14,6 +26,7 @@ from __future__ import annotations
 import base64
 import binascii
 import hashlib
+from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
 from typing import Annotated, Any
 
@@ -21,7 +34,7 @@ from fastapi import APIRouter, Depends, Header, Query, Request
 from fastapi.responses import JSONResponse
 
 from scrapeflow.banking import BANK_OTP, BANK_REFRESH
-from scrapeflow.jobs import Job, JobState
+from scrapeflow.jobs import Job, JobScope, JobState
 from scrapeflow.server._deps import State, caller_with
 from scrapeflow.server._keys import ApiKey, Scope
 from scrapeflow.server._problems import Problem
@@ -33,6 +46,7 @@ from scrapeflow.server._schemas import (
     JobList,
     JobOut,
     JobResults,
+    JobSummaryOut,
     RunJobIn,
     RunTaskOut,
 )
@@ -43,6 +57,7 @@ __all__ = [
     "create_job",
     "get_job",
     "job_results",
+    "job_scope",
     "list_jobs",
     "router",
     "visible_job",
@@ -61,21 +76,25 @@ IdempotencyKey = Annotated[
     ),
 ]
 _IDEMPOTENCY_HOURS = 24
-_SCAN = 500
 JobId = Annotated[str, "a job id"]
+_CUSTOMER_KINDS = frozenset({BANK_REFRESH, BANK_OTP})
 
 
-def _visible(key: ApiKey, job: Job) -> bool:
-    if not key.customers:
-        return True
-    return job.kind == BANK_REFRESH and key.sees(str(job.params.get("customer", "")))
+def job_scope(key: ApiKey) -> JobScope:
+    """The jobs ``key`` sees and may cancel (see the module)."""
+    if key.allows(Scope.ADMIN) and not key.customers:
+        return JobScope(everything=True)
+    if key.customers:
+        return JobScope(customer_kinds=_CUSTOMER_KINDS, customers=frozenset(key.customers))
+    return JobScope(submitted_by=key.id, customer_kinds=_CUSTOMER_KINDS)
 
 
 async def visible_job(state: State, key: ApiKey, job_id: str) -> Job:
+    """The job, if ``key`` may see it; else 404 ``job-not-found``, as for no job at all."""
     if len(job_id) > 64:
         raise Problem(404, "job-not-found", "no such job")
     job = await state.queue.get(job_id)  # JobNotFound: 404
-    if not _visible(key, job):
+    if not job_scope(key).allows(job):
         raise Problem(404, "job-not-found", f"no job {job_id!r}")  # not even its existence
     return job
 
@@ -89,22 +108,16 @@ async def list_jobs(
     limit: Annotated[int, Query(ge=1, le=500)] = 50,
     before: Annotated[str | None, Query(max_length=64)] = None,
 ) -> JobList:
-    """Jobs, newest first; ``before`` pages to older ones."""
+    """The jobs this key sees, newest first, as summaries (no params, no results: ``GET
+    /v1/jobs/{id}`` has them); ``before`` pages to older ones."""
     states = (job_state,) if job_state else ()
-    found: list[Job] = []
-    cursor = before
-    while len(found) < limit:
-        batch = await state.queue.find(kind=kind, states=states, limit=limit, before=cursor)
-        found += [j for j in batch if _visible(key, j)]
-        if len(batch) < limit:
-            cursor = None
-            break
-        cursor = batch[-1].id
+    found = await state.queue.summaries(
+        scope=job_scope(key), kind=kind, states=states, limit=limit + 1, before=before
+    )
     page = found[:limit]
-    more = len(found) > limit or cursor is not None
     return JobList(
-        jobs=[JobOut.of(j) for j in page],
-        next_before=page[-1].id if more and page else None,
+        jobs=[JobSummaryOut.of(j) for j in page],
+        next_before=page[-1].id if len(found) > limit else None,
     )
 
 
@@ -133,11 +146,11 @@ async def _canceller(request: Request) -> ApiKey:
 async def cancel_job(
     job_id: JobId, state: State, key: Annotated[ApiKey, Depends(_canceller)]
 ) -> JobOut:
-    """Cancel a job: a queued one ends at once, a running one within 2 seconds; what it
-    stored stays. Cancelling an ended job changes nothing. A refresh needs the ``refresh``
-    scope, any other job the ``jobs`` scope."""
+    """Cancel a job this key sees: a queued one ends at once, a running one within 2 seconds;
+    what it stored stays. Cancelling an ended job changes nothing. A refresh or a one-time code
+    needs the ``refresh`` scope, any other job the ``jobs`` scope."""
     job = await visible_job(state, key, job_id)
-    needed = Scope.REFRESH if job.kind == BANK_REFRESH else Scope.JOBS
+    needed = Scope.REFRESH if job.kind in _CUSTOMER_KINDS else Scope.JOBS
     if not key.allows(needed):
         raise Problem(403, "forbidden", f"this key lacks the {needed.value!r} scope")
     return JobOut.of(await state.queue.cancel(job.id))
@@ -149,15 +162,25 @@ async def create_job(
 ) -> JSONResponse:
     """Create a ``fetch`` job (URLs into the service's store) or a ``run`` job (tasks through
     registered executors): 202 with the job at once, ``Location`` its URL. Bank jobs are
-    created by their customer's endpoints."""
+    created by their customer's endpoints. Every URL must pass the egress policy (422
+    ``egress-blocked``); the key's queued and running jobs, with this one's parts, must fit
+    its quota (429 ``too-many-jobs``)."""
     if key.customers:
         raise Problem(403, "forbidden", "a key restricted to customers creates no fetch or run job")
     wanted = body.root
     params = _checked_params(wanted)
+    await state.egress.check_urls(_client_urls(params))  # EgressBlocked: 422
     dedupe = _dedupe_key(key, idempotency_key) if idempotency_key is not None else None
-    job = await _earlier_job(state, dedupe) if dedupe is not None else None
+    job = None
+    if dedupe is not None:
+        horizon = datetime.now(UTC) - timedelta(hours=_IDEMPOTENCY_HOURS)
+        job = await state.queue.latest(dedupe, horizon)
     if job is None:
-        job = await state.queue.submit(wanted.kind, params, dedupe_key=dedupe)
+        cost = 1 + _parts(params)
+        async with state.job_quota.room(key.id, cost, state.queue.quota_used):
+            job = await state.queue.submit(
+                wanted.kind, params, dedupe_key=dedupe, submitted_by=key.id, cost=cost
+            )
     if dedupe is not None and (job.kind != wanted.kind or job.params != params):
         raise Problem(
             422,
@@ -190,26 +213,28 @@ def _dedupe_key(key: ApiKey, idempotency_key: str) -> str:
     return f"jobs:{key.id}:{digest}"
 
 
-async def _earlier_job(state: State, dedupe: str) -> Job | None:
-    """The job an Idempotency-Key made in the last 24 hours, newest first. The queue dedupes
-    only active jobs (and so settles two concurrent first requests); an ended one is found
-    here among the recent fetch and run jobs."""
-    from scrapeflow.executors import RUN_KIND
-    from scrapeflow.fetch import FETCH_KIND
+def _parts(params: dict[str, Any]) -> int:
+    """The parts a job will queue (its shards or batches; none when it runs whole): each
+    counts in its key's quota, beside the job."""
+    from scrapeflow.jobs import even_slices
 
-    horizon = datetime.now(UTC) - timedelta(hours=_IDEMPOTENCY_HOURS)
-    for kind in (FETCH_KIND, RUN_KIND):
-        before: str | None = None
-        while True:
-            batch = await state.queue.find(kind=kind, limit=_SCAN, before=before)
-            recent = [job for job in batch if job.created_at >= horizon]
-            found = next((job for job in recent if job.dedupe_key == dedupe), None)
-            if found is not None:
-                return found
-            if len(recent) < _SCAN:  # the last page, or past the horizon
-                break
-            before = batch[-1].id
-    return None
+    split = params.get("shards", params.get("batches", 1))
+    items = params.get("urls", params.get("tasks", []))
+    if not isinstance(split, int) or split <= 1 or not isinstance(items, list):
+        return 0
+    return len(even_slices(len(items), split))
+
+
+def _client_urls(params: dict[str, Any]) -> Iterator[str]:
+    """Every URL of a job's params that the client gave: a fetch job's, a run job's tasks'."""
+    for url in params.get("urls", ()):
+        if isinstance(url, str):
+            yield url
+    for task in params.get("tasks", ()):
+        given = task.get("params") if isinstance(task, dict) else None
+        url = given.get("url") if isinstance(given, dict) else None
+        if isinstance(url, str):
+            yield url
 
 
 @router.get("/{job_id}/results", response_model=JobResults)

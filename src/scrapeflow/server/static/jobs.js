@@ -30,7 +30,7 @@ function jobRow(job) {
     {},
     cell(el("span", { className: "mono", title: job.id, text: job.id.slice(-10) })),
     cell(job.kind),
-    cell(typeof job.params?.customer === "string" ? job.params.customer : "—"),
+    cell(job.customer ?? "—"),
     cell(badge(job.state)),
     cell(progress.length ? progress.join(" · ") : "—", "small"),
     cell(when(job.created_at), "nowrap"),

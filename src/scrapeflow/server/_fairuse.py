@@ -1,0 +1,111 @@
+"""Fair use: what one API key may hold at once, so that no key can take the service from the
+others (docs/security.md, "limits").
+
+* :class:`StreamSlots`: open event streams, per key (``max_streams_per_key``) and in all
+  (``max_streams``). A stream takes its slot before its answer starts and gives it back when it
+  ends; past either bound the request is refused, 429 ``too-many-streams`` with
+  ``Retry-After``. The count is this process's: with ``serve --processes N`` each process
+  holds its own (a key may hold N times its bound over the whole service).
+* :class:`JobQuota`: queued and running fetch and run jobs per key (``max_jobs_per_key``),
+  counted in the database (every process sees the same), a job with parts counting its parts
+  too; past it, 429 ``too-many-jobs`` with ``Retry-After``. Submissions of one key take turns
+  in a process, so two at once cannot both pass the last free place.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
+
+from scrapeflow.server._problems import Problem
+
+__all__ = ["JobQuota", "StreamSlots"]
+
+_STREAM_RETRY = 5
+"""Seconds a client refused a stream is told to wait (streams end when clients leave)."""
+_JOBS_RETRY = 10
+"""Seconds a client over its job quota is told to wait (jobs end as they run)."""
+
+
+class StreamSlots:
+    """Open event streams per API key and in all, bounded.
+
+    >>> slots = StreamSlots(per_key=1, total=10)
+    >>> with slots.taken("k1"):
+    ...     slots.open("k1"), slots.total
+    (1, 1)
+    >>> slots.open("k1")
+    0
+    """
+
+    def __init__(self, *, per_key: int, total: int) -> None:
+        self.per_key = per_key
+        self.limit = total
+        self.total = 0
+        self._by_key: dict[str, int] = {}
+
+    def open(self, key_id: str) -> int:
+        """The streams ``key_id`` holds open in this process."""
+        return self._by_key.get(key_id, 0)
+
+    @contextlib.contextmanager
+    def taken(self, key_id: str) -> Iterator[None]:
+        """Hold a stream's slot while inside; 429 ``too-many-streams`` when the key, or the
+        service, holds its bound already. Checked and taken in one step (no await between)."""
+        if self.open(key_id) >= self.per_key:
+            raise Problem(
+                429,
+                "too-many-streams",
+                f"this key holds {self.per_key} event streams open already (the most one key "
+                "may); close one, or wait and retry",
+                headers={"Retry-After": str(_STREAM_RETRY)},
+            )
+        if self.total >= self.limit:
+            raise Problem(
+                429,
+                "too-many-streams",
+                "the service holds as many event streams as it serves; wait and retry",
+                headers={"Retry-After": str(_STREAM_RETRY)},
+            )
+        self.total += 1
+        self._by_key[key_id] = self.open(key_id) + 1
+        try:
+            yield
+        finally:
+            self.total -= 1
+            left = self._by_key[key_id] - 1
+            if left:
+                self._by_key[key_id] = left
+            else:
+                del self._by_key[key_id]
+
+
+class JobQuota:
+    """The bound on the active jobs of each API key (``limit``), checked against what the
+    database counts (the cost of the key's queued and running jobs)."""
+
+    def __init__(self, limit: int) -> None:
+        self.limit = limit
+        self._turns: dict[str, asyncio.Lock] = {}
+
+    @contextlib.asynccontextmanager
+    async def room(
+        self, key_id: str, cost: int, used_by: Callable[[str], Awaitable[int]]
+    ) -> AsyncIterator[None]:
+        """Inside: the key has room for a job of ``cost`` (submit it there), ``used_by`` telling
+        what its active jobs take; else 429 ``too-many-jobs``. One submission per key at a time
+        in this process."""
+        # One lock per key that ever submitted here: as many as there are keys, no more.
+        async with self._turns.setdefault(key_id, asyncio.Lock()):
+            used = await used_by(key_id)
+            if used + cost > self.limit:
+                raise Problem(
+                    429,
+                    "too-many-jobs",
+                    f"this key has {used} of its {self.limit} queued or running jobs "
+                    f"(parts counted); this one would take {cost}: wait for some to end, "
+                    "or cancel some",
+                    headers={"Retry-After": str(_JOBS_RETRY)},
+                )
+            yield

@@ -1,0 +1,330 @@
+"""Fair use of event streams, against a real ``scrapeflow serve``: one key's flood of streams is
+refused past its cap while another key's reads stay quick; an idle stream reads nothing from
+the database until its customer has news; a revoked key's stream closes within a second; ids
+out of range are a 422, and a stream that fails after its 200 is counted in ``/v1/stats``."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import sys
+import time
+from asyncio.subprocess import PIPE
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+from urllib.parse import urlsplit
+
+import httpx
+import orjson
+import pytest
+from sqlalchemy import text
+
+from scrapeflow.db import create_engine
+from scrapeflow.sandbox import Sandbox
+from scrapeflow.server._keys import revoke_key, split_token
+
+from .conftest import Service, running_service
+
+FLOOD = 1_500
+PER_KEY = 20  # the default max_streams_per_key
+AT_ONCE = 25  # requests of the flood in flight at a time
+
+
+@dataclass
+class Stream:
+    """A raw HTTP/1.1 request for an event stream: its status, headers, and the open socket."""
+
+    status: int
+    headers: dict[str, str]
+    reader: asyncio.StreamReader
+    writer: asyncio.StreamWriter
+
+    buffer: bytes = b""
+
+    async def body(self) -> bytes:
+        return await self.reader.readexactly(int(self.headers["content-length"]))
+
+    async def chunk(self) -> bytes | None:
+        """The next chunk of the answer's body (chunked encoding); None once it ended."""
+        size = int((await self.reader.readuntil(b"\r\n")).strip(), 16)
+        data = await self.reader.readexactly(size + 2)  # and its CRLF
+        return data[:-2] if size else None
+
+    def close(self) -> None:
+        self.writer.close()
+
+
+async def open_stream(url: str, path: str, token: str, *, last_event_id: str = "") -> Stream:
+    where = urlsplit(url)
+    reader, writer = await asyncio.open_connection(where.hostname, where.port)
+    extra = f"Last-Event-ID: {last_event_id}\r\n" if last_event_id else ""
+    writer.write(
+        f"GET {path} HTTP/1.1\r\nHost: {where.netloc}\r\nAuthorization: Bearer {token}\r\n"
+        f"Accept: text/event-stream\r\n{extra}\r\n".encode()
+    )
+    await writer.drain()
+    head = await asyncio.wait_for(reader.readuntil(b"\r\n\r\n"), 30)
+    lines = head.decode("latin-1").split("\r\n")
+    headers = {}
+    for line in lines[1:]:
+        name, _, value = line.partition(":")
+        if name:
+            headers[name.strip().lower()] = value.strip()
+    return Stream(int(lines[0].split()[1]), headers, reader, writer)
+
+
+async def next_event(stream: Stream, seconds: float) -> dict[str, str]:
+    """The next SSE event (its fields), skipping keep-alive comments."""
+    async with asyncio.timeout(seconds):
+        while True:
+            while b"\n\n" not in stream.buffer:
+                chunk = await stream.chunk()
+                if chunk is None:
+                    raise AssertionError("the stream ended")
+                stream.buffer += chunk.replace(b"\r\n", b"\n")
+            block, _, stream.buffer = stream.buffer.partition(b"\n\n")
+            fields: dict[str, str] = {}
+            for line in block.decode().splitlines():
+                if line and not line.startswith(":"):
+                    name, _, value = line.partition(":")
+                    fields[name] = value.strip()
+            if "event" in fields or "data" in fields:
+                return fields
+
+
+def p99(samples: list[float]) -> float:
+    ordered = sorted(samples)
+    return ordered[min(len(ordered) - 1, int(len(ordered) * 0.99))]
+
+
+def flood() -> None:
+    """The attacker, in a process of its own (``python -c``, argv: URL, token): open
+    :data:`FLOOD` streams, :data:`AT_ONCE` at a time; print the statuses and one refusal as a
+    JSON line; hold the streams it got until its stdin closes."""
+    url, token = sys.argv[1], sys.argv[2]
+
+    async def run() -> None:
+        gate = asyncio.Semaphore(AT_ONCE)
+        held: list[Stream] = []
+        statuses: list[int] = []
+        refusal: dict[str, Any] = {}
+
+        async def one() -> None:
+            async with gate:
+                stream = await open_stream(url, "/v1/customers/cust-1/events", token)
+                statuses.append(stream.status)
+                if stream.status == 200:
+                    held.append(stream)
+                    return
+                if not refusal:
+                    refusal.update(headers=stream.headers, body=(await stream.body()).decode())
+                stream.close()
+
+        await asyncio.gather(*(one() for _ in range(FLOOD)))
+        print(json.dumps({"statuses": statuses, "refusal": refusal}), flush=True)
+        await asyncio.get_running_loop().run_in_executor(None, sys.stdin.read)
+        for stream in held:
+            stream.close()
+
+    asyncio.run(run())
+
+
+def test_a_flood_of_streams_is_refused_past_the_cap_while_others_read_quickly(
+    service: Service,
+) -> None:
+    attacker, honest = service.key("read", customer="cust-1"), service.key("read")
+    code = "from tests.server.test_fair_streams import flood; flood()"
+
+    async def scenario() -> None:
+        attack = await asyncio.create_subprocess_exec(
+            sys.executable, "-c", code, service.url, attacker, stdin=PIPE, stdout=PIPE
+        )
+        assert attack.stdout is not None and attack.stdin is not None
+        try:
+            told = asyncio.ensure_future(attack.stdout.readline())
+            latencies: list[float] = []
+            async with httpx.AsyncClient(
+                base_url=service.url, headers={"Authorization": f"Bearer {honest}"}, timeout=30
+            ) as client:
+                while not told.done() or len(latencies) < 100:
+                    started = time.perf_counter()
+                    answer = await client.get("/v1/customers/cust-2/accounts")
+                    latencies.append(time.perf_counter() - started)
+                    assert answer.status_code == 200, answer.text
+            report = json.loads(await told)
+            statuses = report["statuses"]
+            assert statuses.count(200) == PER_KEY, statuses.count(200)
+            assert statuses.count(429) == FLOOD - PER_KEY
+            refusal = report["refusal"]
+            assert refusal["headers"]["content-type"] == "application/problem+json"
+            assert int(refusal["headers"]["retry-after"]) >= 1
+            assert json.loads(refusal["body"])["type"] == "too-many-streams"
+            assert p99(latencies) < 0.25, (p99(latencies), len(latencies))
+            # While the attacker holds its streams, it gets no more; once they end, it does.
+            extra = await open_stream(service.url, "/v1/customers/cust-1/events", attacker)
+            extra.close()
+            assert extra.status == 429
+        finally:
+            attack.stdin.close()
+            await asyncio.wait_for(attack.wait(), 30)
+        deadline = time.monotonic() + 5
+        while True:
+            again = await open_stream(service.url, "/v1/customers/cust-1/events", attacker)
+            again.close()
+            if again.status == 200 or time.monotonic() > deadline:
+                break
+            await asyncio.sleep(0.1)
+        assert again.status == 200
+
+    asyncio.run(scenario())
+
+
+OUT_OF_RANGE = [
+    ("9223372036854775808", ""),  # 2**63: past the database's BIGINT
+    ("99999999999999999999", ""),
+    ("-1", ""),
+    ("12a", ""),
+    ("²", ""),  # a digit to str.isdigit, not to int()
+    ("", "?after=9223372036854775808"),
+    ("", "?after=-1"),
+    ("", "?after=1e3"),
+    ("", "?after="),
+]
+
+
+def test_an_event_id_out_of_range_is_a_422_before_the_stream(service: Service) -> None:
+    with service.client("read") as client:
+        for header, query in OUT_OF_RANGE:
+            headers = {"Last-Event-ID": header.encode()} if header else {}
+            for path in ("/v1/customers/cust-1/events", "/v1/jobs/0123456789abcdef/events"):
+                answer = client.get(path + query, headers=headers)
+                assert answer.status_code == 422, (header, query, path, answer.text)
+                assert answer.headers["content-type"] == "application/problem+json"
+                assert answer.json()["type"] == "invalid-request"
+        with client.stream(
+            "GET", "/v1/customers/cust-1/events", headers={"Last-Event-ID": str(2**63 - 1)}
+        ) as top:
+            assert top.status_code == 200  # the largest id there can be is fine
+        with service.client("metrics") as watcher:
+            assert watcher.get("/v1/stats").json()["api"]["errors"] == 0
+
+
+@pytest.fixture
+def pg_service(
+    request: pytest.FixtureRequest, tmp_path: Path, sandbox: Sandbox
+) -> Iterator[Service]:
+    """The service over PostgreSQL (its streams are woken by LISTEN/NOTIFY)."""
+    pg_url: str = request.getfixturevalue("pg_url")
+    with running_service(tmp_path, sandbox, pg_url, customers=[1, 2]) as running:
+        yield running
+
+
+async def stream_reads(db_url: str) -> list[tuple[int, str]]:
+    """What each connection to the database last ran, if it read a customer's events: its
+    backend and the time its query started."""
+    engine = create_engine(db_url)
+    try:
+        async with engine.connect() as connection:
+            rows = await connection.execute(
+                text(
+                    "SELECT pid, query_start::text FROM pg_stat_activity "
+                    "WHERE datname = current_database() AND pid <> pg_backend_pid() "
+                    "AND query LIKE '%FROM scrapeflow_events%' "
+                    "AND query LIKE '%scrapeflow_events.customer =%'"
+                )
+            )
+            return [(row[0], row[1]) for row in rows]
+    finally:
+        await engine.dispose()
+
+
+def test_idle_streams_read_nothing_until_their_customer_has_news(pg_service: Service) -> None:
+    token = pg_service.key("read", "refresh")
+
+    async def scenario() -> None:
+        streams = [
+            await open_stream(pg_service.url, "/v1/customers/cust-1/events", token)
+            for _ in range(10)
+        ]
+        try:
+            assert [s.status for s in streams] == [200] * 10
+            await asyncio.sleep(1.0)  # each has read the log once, and waits
+            seen: set[tuple[int, str]] = set(await stream_reads(pg_service.db_url))
+            before = len(seen)
+            for _ in range(40):  # 4 s: a stream polling each second would read 40 times
+                seen |= set(await stream_reads(pg_service.db_url))
+                await asyncio.sleep(0.1)
+            assert len(seen) - before <= 1, sorted(seen)
+            async with httpx.AsyncClient(
+                base_url=pg_service.url, headers={"Authorization": f"Bearer {token}"}
+            ) as client:
+                refresh = (await client.post("/v1/customers/cust-1/refresh")).json()
+            for stream in streams:  # woken by the news, at once
+                event = await next_event(stream, 5)
+                assert event["event"] == "job.queued"
+                assert orjson.loads(event["data"])["job_id"] == refresh["id"]
+        finally:
+            for stream in streams:
+                stream.close()
+
+    asyncio.run(scenario())
+
+
+def test_a_revoked_key_s_stream_closes_within_a_second(service: Service) -> None:
+    token = service.key("read")
+
+    async def scenario() -> None:
+        stream = await open_stream(service.url, "/v1/customers/cust-1/events", token)
+        assert stream.status == 200
+        await asyncio.sleep(0.5)
+        ids = split_token(token)
+        assert ids is not None
+        engine = create_engine(service.db_url)  # as another process revoking it would
+        try:
+            assert await revoke_key(engine, ids[0])
+        finally:
+            await engine.dispose()
+        revoked_at = time.monotonic()
+        async with asyncio.timeout(5):
+            while await stream.chunk() is not None:
+                pass  # keep-alive comments, until the answer's last chunk
+        assert time.monotonic() - revoked_at < 1.0
+        stream.close()
+
+    asyncio.run(scenario())
+
+
+def test_a_stream_that_fails_after_it_started_is_counted_in_stats(pg_service: Service) -> None:
+    token = pg_service.key("read")
+    pg_service.key("metrics")  # made now: the scenario's loop cannot run another
+
+    async def scenario() -> None:
+        stream = await open_stream(pg_service.url, "/v1/customers/cust-1/events", token)
+        assert stream.status == 200
+        engine = create_engine(pg_service.db_url)
+        try:
+            async with engine.begin() as connection:  # the log out of reach, then news
+                await connection.execute(
+                    text("ALTER TABLE scrapeflow_events RENAME TO scrapeflow_events_away")
+                )
+                payload = orjson.dumps({"from": "test", "customers": ["cust-1"], "jobs": []})
+                await connection.execute(
+                    text("SELECT pg_notify('scrapeflow_events', :payload)"),
+                    {"payload": payload.decode()},
+                )
+            event = await next_event(stream, 10)
+            assert event["event"] == "error"
+            assert orjson.loads(event["data"])["type"] == "stream-failed"
+            async with engine.begin() as connection:
+                await connection.execute(
+                    text("ALTER TABLE scrapeflow_events_away RENAME TO scrapeflow_events")
+                )
+        finally:
+            await engine.dispose()
+            stream.close()
+        with pg_service.client("metrics") as watcher:
+            assert watcher.get("/v1/stats").json()["api"]["errors"] == 1
+
+    asyncio.run(scenario())
