@@ -102,7 +102,8 @@ def p99(samples: list[float]) -> float:
 def flood() -> None:
     """The attacker, in a process of its own (``python -c``, argv: URL, token): open
     :data:`FLOOD` streams, :data:`AT_ONCE` at a time; print the statuses and one refusal as a
-    JSON line; hold the streams it got until its stdin closes."""
+    JSON line; hold the streams it got until its stdin closes. It says ``ready`` once started
+    (importing takes a loaded machine's CPU for a while: not the service's doing)."""
     url, token = sys.argv[1], sys.argv[2]
 
     async def run() -> None:
@@ -122,6 +123,7 @@ def flood() -> None:
                     refusal.update(headers=stream.headers, body=(await stream.body()).decode())
                 stream.close()
 
+        print("ready", flush=True)
         await asyncio.gather(*(one() for _ in range(FLOOD)))
         print(json.dumps({"statuses": statuses, "refusal": refusal}), flush=True)
         await asyncio.get_running_loop().run_in_executor(None, sys.stdin.read)
@@ -143,6 +145,7 @@ def test_a_flood_of_streams_is_refused_past_the_cap_while_others_read_quickly(
         )
         assert attack.stdout is not None and attack.stdin is not None
         try:
+            assert await asyncio.wait_for(attack.stdout.readline(), 60) == b"ready\n"
             told = asyncio.ensure_future(attack.stdout.readline())
             latencies: list[float] = []
             async with httpx.AsyncClient(

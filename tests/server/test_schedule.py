@@ -37,7 +37,8 @@ def wait_for(client: httpx.Client, done: Any, what: str, bound: float = 60) -> d
 
 
 def scheduled_refreshes(client: httpx.Client) -> list[str]:
-    jobs = client.get("/v1/jobs", params={"kind": "bank.refresh", "limit": 100}).json()["jobs"]
+    listed = client.get("/v1/jobs", params={"kind": "bank.refresh", "limit": 100}).json()["jobs"]
+    jobs = [client.get(f"/v1/jobs/{j['id']}").json() for j in listed]  # a listing has no params
     return sorted(j["params"]["customer"] for j in jobs if j["params"].get("trigger"))
 
 
