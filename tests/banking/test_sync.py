@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import base64
 from datetime import date
 from decimal import Decimal
 
@@ -177,6 +178,16 @@ async def test_concurrent_writers_of_one_customer_never_let_a_change_slip_past_a
 
 async def test_a_cursor_it_did_not_give_is_refused(writer: SqlWriter) -> None:
     sessions = session_factory(writer.engine)
-    for bad in ("nope", encode_cursor(10**6), "djE6LTE", "x" * 40):
+    past_64_bits = base64.urlsafe_b64encode(f"v2:{2**64}:x".encode()).decode()
+    bad_cursors = (
+        "nope",
+        encode_cursor(10**6, "c-1"),  # ahead of the data
+        "djE6LTE",
+        "x" * 40,
+        encode_cursor(0, "c-2"),  # another customer's
+        past_64_bits,
+        base64.urlsafe_b64encode(f"v1:{2**64}".encode()).decode(),
+    )
+    for bad in bad_cursors:
         with pytest.raises(InputError, match="cursor"):
             await movement_changes(sessions, "c-1", cursor=bad)

@@ -311,7 +311,7 @@ def test_malformed_json_and_a_restricted_key_create_nothing(service: Service) ->
             content=b'{"kind": "fetch", "params": {',
             headers={"content-type": "application/json"},
         )
-        problem(malformed, 422, "invalid-request")
+        problem(malformed, 422, "malformed-body")
         with service.client("jobs", "read", customer="cust-1") as restricted:
             problem(restricted.post("/v1/jobs", json=body), 403, "forbidden")
         assert client.get("/v1/jobs").json()["jobs"] == []

@@ -86,15 +86,23 @@ def _length(column: object) -> int | None:
 
 
 def validate_customer_id(external_id: str) -> str:
-    """``external_id`` as stored and looked up (stripped); :class:`InputError` naming what is
-    wrong when it cannot be one (empty, over 64 characters, a control or invisible character,
-    a ``/``, not valid UTF-8)."""
+    """``external_id`` as stored and looked up: stripped and NFC-normalised (so that ``é``
+    typed as one character or as ``e`` and an accent is one id); :class:`InputError` naming
+    what is wrong when it cannot be one: empty, over 64 characters, a control or invisible
+    (format) character, a ``/``, ``.`` or ``..``, not valid UTF-8."""
     checked = _checked(
-        "customer id", external_id, Customer.__table__.c.external_id, identifier=True
+        "customer id",
+        unicodedata.normalize("NFC", external_id),
+        Customer.__table__.c.external_id,
+        identifier=True,
     )
     if "/" in checked:
         # The id is a path segment of the API (/v1/customers/{id}/…), where a "/" cannot be.
         raise InputError("the customer id holds a '/' (it names the customer in URLs)")
+    if checked in (".", ".."):
+        # As a path segment, a client resolves them away: /v1/customers/./status is
+        # /v1/customers/status.
+        raise InputError(f"the customer id cannot be {checked!r} (it names the customer in URLs)")
     return checked
 
 

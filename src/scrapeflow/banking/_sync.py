@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import base64
 import binascii
+import hashlib
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -38,6 +39,9 @@ from scrapeflow.errors import InputError
 __all__ = ["MovementChange", "MovementChanges", "RemovedMovement", "movement_changes"]
 
 _CURSOR_PREFIX = "v1:"
+_CURSOR_PREFIX_V2 = "v2:"
+_MAX_VERSION = 2**63 - 1
+"""Versions are BIGINT: a larger number in a cursor was never given (and overflows a query)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -68,22 +72,42 @@ class MovementChanges:
     """True when more changes wait: ask again with ``next_cursor`` at once."""
 
 
-def encode_cursor(version: int) -> str:
-    return base64.urlsafe_b64encode(f"{_CURSOR_PREFIX}{version}".encode()).decode().rstrip("=")
+def customer_tag(external_id: str, purpose: str) -> str:
+    """A short tag of a customer for its cursors (``purpose``: which kind of cursor), so that a
+    cursor given for one customer is refused for another. Not a secret: it catches mistakes
+    (the key already decides which customers a client may read)."""
+    digest = hashlib.sha256(f"scrapeflow {purpose} cursor\0{external_id}".encode()).hexdigest()
+    return digest[:12]
 
 
-def decode_cursor(cursor: str) -> int:
-    """The version a cursor stands for; :class:`InputError` for one this API did not give."""
+def encode_cursor(version: int, external_id: str) -> str:
+    """The sync cursor for ``version`` of ``external_id``'s movements."""
+    text = f"{_CURSOR_PREFIX_V2}{version}:{customer_tag(external_id, 'sync')}"
+    return base64.urlsafe_b64encode(text.encode()).decode().rstrip("=")
+
+
+def decode_cursor(cursor: str, external_id: str) -> int:
+    """The version a cursor of ``external_id`` stands for; :class:`InputError` for one this API
+    did not give, one it gave for another customer, or a version past what a database holds.
+    A cursor from before cursors named their customer (``v1:``) is still taken."""
     try:
         text = base64.urlsafe_b64decode(cursor + "=" * (-len(cursor) % 4)).decode("ascii")
-        if not text.startswith(_CURSOR_PREFIX):
+        if text.startswith(_CURSOR_PREFIX_V2):
+            number, _, tag = text.removeprefix(_CURSOR_PREFIX_V2).partition(":")
+        elif text.startswith(_CURSOR_PREFIX):
+            number, tag = text.removeprefix(_CURSOR_PREFIX), None
+        else:
             raise ValueError(text)
-        version = int(text.removeprefix(_CURSOR_PREFIX))
-        if version < 0 or str(version) != text.removeprefix(_CURSOR_PREFIX):
+        if not number.isascii() or not number.isdigit() or len(number) > 19:
             raise ValueError(text)
-        return version
+        version = int(number)
+        if str(version) != number or version > _MAX_VERSION:
+            raise ValueError(text)
     except (ValueError, binascii.Error, UnicodeDecodeError):
         raise InputError("cursor is not one this API gave") from None
+    if tag is not None and tag != customer_tag(external_id, "sync"):
+        raise InputError("cursor was given for another customer: start again without one")
+    return version
 
 
 async def movement_changes(
@@ -97,9 +121,9 @@ async def movement_changes(
     stored movement is added), at most about ``count`` of them: a page ends on a whole version,
     so it can hold more when one write batch is larger. :class:`InputError` for a cursor this
     API did not give (or one ahead of the customer: a restored database)."""
-    since = -1 if cursor is None else decode_cursor(cursor)
     async with sessions() as session:
         owner = await find_customer(session, customer)
+        since = -1 if cursor is None else decode_cursor(cursor, owner.external_id)
         rows = (await session.execute(_changes_since(owner.id, since))).all()
     current = next(int(r.version) for r in rows if r.what == "v")
     if since > current:
@@ -129,7 +153,7 @@ async def movement_changes(
         added=added,
         modified=modified,
         removed=removed,
-        next_cursor=encode_cursor(last if has_more else max(current, 0)),
+        next_cursor=encode_cursor(last if has_more else max(current, 0), owner.external_id),
         has_more=has_more,
     )
 

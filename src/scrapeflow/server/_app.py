@@ -91,6 +91,9 @@ def create_app(settings: Settings) -> FastAPI:
         version="1",
         summary="Bank aggregation and scraping jobs: refresh, watch, read.",
         lifespan=lifespan,
+        # Off unless api_docs: FastAPI's own pages load Swagger UI from a CDN, with no CSP.
+        docs_url=None,
+        redoc_url=None,
     )
     install_problem_handlers(app)
     app.add_middleware(StreamDisconnects)  # innermost: the others see a stream that ended
@@ -122,5 +125,9 @@ def create_app(settings: Settings) -> FastAPI:
     app.include_router(dashboard.router)
     app.include_router(operations.router)
     app.include_router(keys.router)
+    if settings.api_docs:
+        from scrapeflow.server.routes.apidocs import install_api_docs
+
+        install_api_docs(app)
 
     return app

@@ -228,6 +228,7 @@ class Courier:
                         w.url,
                         w.secret_sealed,
                         k.revoked,
+                        k.expires_at,
                         e.kind,
                         e.customer,
                         e.job_id,
@@ -240,7 +241,9 @@ class Courier:
                     .where(d.id.in_(won))
                 )
             ).all()
-            dead = set(won) - {r.id for r in rows if not r.revoked}
+            dead = set(won) - {
+                r.id for r in rows if not r.revoked and (r.expires_at is None or r.expires_at > now)
+            }
             if dead:  # the event, the webhook or its key is gone: nobody to send it to
                 await connection.execute(
                     update(deliveries_table)
@@ -250,7 +253,7 @@ class Courier:
                         next_attempt_at=None,
                         lease_owner=None,
                         lease_until=None,
-                        last_error="the webhook's API key was revoked, or the event is gone",
+                        last_error="the webhook's key was revoked or expired, or the event is gone",
                     )
                 )
         return [

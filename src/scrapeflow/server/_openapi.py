@@ -37,10 +37,16 @@ _WHY = {
     "403": "The key lacks the scope, or may not touch this customer.",
     "404": "No such customer, access, job or webhook (or not visible to this key).",
     "405": "The path does not take this method.",
-    "409": "It exists already, or a refresh of the customer is under way.",
+    "409": (
+        "It exists already, a refresh of the customer is under way, or the key is revoked or "
+        "expired."
+    ),
     "413": "The body is over the service's limit.",
-    "422": "A parameter or the body is invalid.",
-    "429": "Too many failed authentications from this address.",
+    "422": (
+        "A parameter, cursor or the body is invalid (invalid-request, invalid-cursor), or the "
+        "body is not a JSON document (malformed-body)."
+    ),
+    "429": "Too many failed authentications from this address (a valid key is never refused).",
     "503": "The service's own settings are wrong (not the request).",
 }
 
@@ -54,6 +60,7 @@ def _errors_of(path: str, method: str, operation: dict[str, Any]) -> list[str]:
     if method == "post" and path in (
         "/v1/customers",
         "/v1/customers/{customer}/accesses/{access_id}/otp",
+        "/v1/keys/{key_id}/rotate",
     ):
         statuses.append("409")
     return sorted(statuses)
@@ -77,10 +84,13 @@ def install_openapi(app: FastAPI) -> None:
             components.pop(name, None)
         problem = {"application/problem+json": {"schema": {"$ref": "#/components/schemas/Problem"}}}
         for path, operations in schema.get("paths", {}).items():
-            if not path.startswith("/v1/"):
-                continue
             for method, operation in operations.items():
                 responses = operation.setdefault("responses", {})
+                if not path.startswith("/v1/"):
+                    # FastAPI's 422 names the schema removed above (ReDoc fails on it).
+                    if "422" in responses:
+                        responses["422"] = {"description": _WHY["422"], "content": problem}
+                    continue
                 for status in _errors_of(path, method, operation):
                     responses[status] = {"description": _WHY[status], "content": problem}
         app.openapi_schema = schema

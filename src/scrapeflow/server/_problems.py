@@ -22,7 +22,7 @@ from scrapeflow.errors import (
     UnknownJobKind,
 )
 
-__all__ = ["Problem", "install_problem_handlers"]
+__all__ = ["MALFORMED_BODY", "Problem", "install_problem_handlers"]
 
 PROBLEM_JSON = "application/problem+json"
 
@@ -47,6 +47,29 @@ def problem_response(
     return JSONResponse(body | extra, status_code=status, media_type=PROBLEM_JSON, headers=headers)
 
 
+MALFORMED_BODY = "malformed-body"
+"""The one problem type of a body that cannot be read as JSON: not UTF-8 text, not JSON, nested
+too deep, or sent with a content type other than ``application/json``."""
+_FASTAPI_UNPARSABLE = "There was an error parsing the body"
+
+
+def _unreadable(error: Any) -> bool:
+    """Whether a validation error says the body was never JSON: a decoding error, or the raw
+    bytes of a body whose content type is not JSON (FastAPI passes them on as they are)."""
+    if error.get("type") == "json_invalid":
+        return True
+    return tuple(error.get("loc", ())) == ("body",) and isinstance(error.get("input"), bytes)
+
+
+def _malformed_body() -> JSONResponse:
+    return problem_response(
+        422,
+        MALFORMED_BODY,
+        "the body is not a JSON document (UTF-8, nested at most a few hundred levels, sent as "
+        "Content-Type: application/json)",
+    )
+
+
 def install_problem_handlers(app: FastAPI) -> None:
     """Map our errors, validation errors and HTTP errors to problem+json."""
 
@@ -57,6 +80,8 @@ def install_problem_handlers(app: FastAPI) -> None:
     @app.exception_handler(RequestValidationError)
     async def _invalid(request: Request, exc: RequestValidationError) -> JSONResponse:
         errors = exc.errors()
+        if any(_unreadable(error) for error in errors):
+            return _malformed_body()
         first = errors[0] if errors else {"loc": (), "msg": "invalid request"}
         where = ".".join(str(part) for part in first.get("loc", ()))
         return problem_response(
@@ -71,6 +96,8 @@ def install_problem_handlers(app: FastAPI) -> None:
 
     @app.exception_handler(StarletteHTTPException)
     async def _http(request: Request, exc: StarletteHTTPException) -> JSONResponse:
+        if exc.status_code == 400 and exc.detail == _FASTAPI_UNPARSABLE:
+            return _malformed_body()  # too deep for the parser, or not text
         kind = {404: "not-found", 405: "method-not-allowed", 413: "body-too-large"}.get(
             exc.status_code, "http-error"
         )

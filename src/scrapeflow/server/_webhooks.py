@@ -44,6 +44,7 @@ from sqlalchemy import (
     delete,
     func,
     insert,
+    or_,
     select,
 )
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
@@ -303,12 +304,16 @@ class Webhooks:
     async def enqueue(self, connection: AsyncConnection, event: Event) -> None:
         """The event log's outbox hook: a pending delivery of ``event`` for each webhook that
         wants it, on the event's own connection and transaction. A key restricted to customers
-        gets only their events; a revoked key's webhooks get nothing."""
+        gets only their events; a revoked or expired key's webhooks get nothing."""
+        k = keys_table.c
         rows = (
             await connection.execute(
-                select(webhooks_table.c.id, webhooks_table.c.events, keys_table.c.customers)
-                .join(keys_table, keys_table.c.id == webhooks_table.c.key_id)
-                .where(keys_table.c.revoked.is_(False))
+                select(webhooks_table.c.id, webhooks_table.c.events, k.customers)
+                .join(keys_table, k.id == webhooks_table.c.key_id)
+                .where(
+                    k.revoked.is_(False),
+                    or_(k.expires_at.is_(None), k.expires_at > datetime.now(UTC)),
+                )
             )
         ).all()
         wanted = [

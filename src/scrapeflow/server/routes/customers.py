@@ -5,13 +5,14 @@ from __future__ import annotations
 
 import base64
 import binascii
+import hashlib
 import json
 import re
 from collections.abc import Awaitable, Callable
 from datetime import date
 from typing import TYPE_CHECKING, Annotated
 
-from fastapi import APIRouter, Depends, Query
+from fastapi import APIRouter, Depends, Path, Query
 from fastapi.responses import JSONResponse
 from pydantic import BeforeValidator
 
@@ -79,6 +80,7 @@ def _for_customer(scope: Scope) -> Callable[..., Awaitable[ApiKey]]:
         state: State,
         key: ApiKey = Depends(authenticate),  # noqa: B008
     ) -> ApiKey:
+        canonical_customer_id(customer)
         check_customer(key, customer)
         await known_customer(state, customer)
         return key
@@ -89,6 +91,24 @@ def _for_customer(scope: Scope) -> Callable[..., Awaitable[ApiKey]]:
 CustomerReader = Annotated[ApiKey, Depends(_for_customer(Scope.READ))]
 CustomerRefresher = Annotated[ApiKey, Depends(_for_customer(Scope.REFRESH))]
 CustomerAdmin = Annotated[ApiKey, Depends(_for_customer(Scope.ADMIN))]
+
+
+def canonical_customer_id(customer: str) -> None:
+    """422 ``invalid-request`` for a path's customer id that no customer can have, or not in
+    the form ids are stored in (NFC, no surrounding spaces): such an id is never looked up."""
+    from scrapeflow.banking import validate_customer_id
+    from scrapeflow.errors import InputError
+
+    try:
+        canonical = validate_customer_id(customer)
+    except InputError as exc:
+        raise Problem(422, "invalid-request", f"path.customer: {exc}") from None
+    if canonical != customer:
+        raise Problem(
+            422,
+            "invalid-request",
+            "path.customer: not a customer id as stored (NFC, no surrounding spaces)",
+        )
 
 
 async def known_customer(state: State, customer: str) -> None:
@@ -124,21 +144,27 @@ async def list_customers(state: State, key: Reader) -> list[CustomerOut]:
 
 @router.post("", status_code=201, response_model=CustomerOut)
 async def add_customer(body: CustomerIn, state: State, key: Admin) -> CustomerOut:
-    """Add a customer (409 when the id is taken)."""
+    """Add a customer (409 when the id is taken). Its id is stored NFC-normalised; a key
+    restricted to customers may add only those (403 for any other id, before looking)."""
     from scrapeflow.banking import add_customer as add
-    from scrapeflow.banking import find_customer
+    from scrapeflow.banking import find_customer, validate_customer_id
     from scrapeflow.errors import InputError
 
+    try:
+        wanted = validate_customer_id(body.id)
+    except InputError as exc:
+        raise Problem(422, "invalid-request", f"body.id: {exc}") from None
+    check_customer(key, wanted)
     async with state.sessions() as session:
         try:
-            await find_customer(session, body.id)
+            await find_customer(session, wanted)
         except InputError:
             pass
         else:
-            raise Problem(409, "customer-exists", f"customer {body.id!r} already exists")
-    await add(state.sessions, body.id, body.name)
+            raise Problem(409, "customer-exists", f"customer {wanted!r} already exists")
+    await add(state.sessions, wanted, body.name)
     async with state.sessions() as session:
-        row = await find_customer(session, body.id)
+        row = await find_customer(session, wanted)
         return CustomerOut(id=row.external_id, name=row.name, state=row.scrape_state.value)
 
 
@@ -176,7 +202,7 @@ async def add_access(
 @router.post("/{customer}/accesses/{access_id}/otp", status_code=202, response_model=JobOut)
 async def one_time_code(
     customer: CustomerId,
-    access_id: int,
+    access_id: Annotated[int, Path(ge=1, le=2**63 - 1)],
     body: OneTimeCode,
     state: State,
     key: CustomerRefresher,
@@ -305,7 +331,7 @@ async def movements(
 
     if since and until and since > until:
         raise Problem(422, "invalid-request", "since is after until")
-    after = _decode_cursor(cursor) if cursor else None
+    after = _decode_cursor(cursor, customer) if cursor else None
     found = await movements_of(state.sessions, customer, accounts=account or (), since=since)
     ordered = sorted(
         (m for m in found if until is None or m.operation_date <= until),
@@ -332,7 +358,7 @@ async def movements(
             )
             for m in page
         ],
-        next_cursor=_encode_cursor(_position(page[-1])) if more and page else None,
+        next_cursor=_encode_cursor(_position(page[-1]), customer) if more and page else None,
     )
 
 
@@ -341,16 +367,39 @@ def _position(movement: MovementView) -> tuple[int, str, str]:
     return (-movement.operation_date.toordinal(), movement.account_ref, movement.key)
 
 
-def _encode_cursor(position: tuple[int, str, str]) -> str:
-    return base64.urlsafe_b64encode(json.dumps(list(position)).encode()).decode().rstrip("=")
+def _encode_cursor(position: tuple[int, str, str], customer: str) -> str:
+    text = json.dumps([*position, _customer_tag(customer)])
+    return base64.urlsafe_b64encode(text.encode()).decode().rstrip("=")
 
 
-def _decode_cursor(cursor: str) -> tuple[int, str, str]:
+def _decode_cursor(cursor: str, customer: str) -> tuple[int, str, str]:
+    """The position a movements cursor of ``customer`` stands for; 422 ``invalid-cursor`` for
+    one this API did not give, or gave for another customer. A cursor from before cursors named
+    their customer (three items) is still taken."""
     try:
         raw = base64.urlsafe_b64decode(cursor + "=" * (-len(cursor) % 4))
-        first, second, third = json.loads(raw)
+        items = json.loads(raw)
+        if not isinstance(items, list) or len(items) not in (3, 4):
+            raise ValueError
+        first, second, third = items[:3]
         if not isinstance(first, int) or not isinstance(second, str) or not isinstance(third, str):
             raise ValueError
-        return first, second, third
-    except (ValueError, binascii.Error, TypeError):
+        if not -_MAX_ORDINAL <= first <= 0:  # minus a date's ordinal
+            raise ValueError
+        tag = items[3] if len(items) == 4 else None
+    except (ValueError, binascii.Error, TypeError, RecursionError):
         raise Problem(422, "invalid-cursor", "cursor is not one this API gave") from None
+    if tag is not None and tag != _customer_tag(customer):
+        raise Problem(
+            422, "invalid-cursor", "cursor was given for another customer: start without one"
+        )
+    return first, second, third
+
+
+_MAX_ORDINAL = date.max.toordinal()
+
+
+def _customer_tag(customer: str) -> str:
+    """A short tag of the customer in its cursors: one customer's cursor is refused for another
+    (not a secret: the key decides what a client may read)."""
+    return hashlib.sha256(f"scrapeflow movements cursor\0{customer}".encode()).hexdigest()[:12]

@@ -1,6 +1,8 @@
 """``/v1/webhooks``: register a URL for this key's events, list, look, delete, and read the
-delivery log. A webhook belongs to the key that made it: another key gets 404 for it (an
-admin key sees them all). The signing secret is shown once, in the answer to the create."""
+delivery log. A webhook belongs to the key that made it: another key gets 404 for it (an admin
+key over every customer sees them all; an admin key restricted to customers only its own, like
+any restricted key, since another key's webhook may carry other customers' events). The
+signing secret is shown once, in the answer to the create."""
 
 from __future__ import annotations
 
@@ -132,9 +134,10 @@ class DeliveryPage(BaseModel):
 
 
 async def _owned(webhook_id: str, state: State, key: Reader) -> Webhook:
-    """A dependency: the path's webhook, which the caller's key must own (or be admin)."""
+    """A dependency: the path's webhook, which the caller's key must own (or be an admin over
+    every customer)."""
     hook = await state.webhooks.get(webhook_id) if len(webhook_id) <= 32 else None
-    if hook is None or (hook.key_id != key.id and not key.allows(Scope.ADMIN)):
+    if hook is None or (hook.key_id != key.id and not key.unrestricted_admin):
         # Someone else's webhook: not even its existence is told.
         raise Problem(404, "webhook-not-found", f"no webhook {webhook_id[:32]!r}")
     return hook
@@ -182,8 +185,8 @@ async def create_webhook(
 
 @router.get("", response_model=list[WebhookOut])
 async def list_webhooks(state: State, key: Reader) -> list[WebhookOut]:
-    """This key's webhooks, oldest first (an admin key: every key's)."""
-    everyone = key.allows(Scope.ADMIN)
+    """This key's webhooks, oldest first (an admin key over every customer: every key's)."""
+    everyone = key.unrestricted_admin
     return [WebhookOut.of(h) for h in await state.webhooks.of(None if everyone else key.id)]
 
 
