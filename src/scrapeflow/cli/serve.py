@@ -88,13 +88,12 @@ def serve(
 
 
 def _on_database(config: Settings, work: Callable[[AsyncEngine], Awaitable[T]]) -> T:
-    """Run ``work`` on the service's database (migrated, the keys table made), as one command."""
-    from scrapeflow.banking import migrate
+    """Run ``work`` on the service's database, its keys table made when missing (keys live in a
+    table of their own: no migration of the bank schema is needed, nor made)."""
     from scrapeflow.db import create_engine
     from scrapeflow.server._keys import open_keys
 
     async def run() -> T:
-        await migrate(config.db_url)
         engine = create_engine(config.db_url)
         try:
             await open_keys(engine)

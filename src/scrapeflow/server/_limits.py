@@ -1,16 +1,21 @@
 """A bound on request bodies: a declared ``Content-Length`` over the bound is refused before a
 route runs, and a chunked body as soon as it passes the bound. Nothing past the bound is kept
 (what is left is read and dropped, up to 64 MiB, so the client gets to read the 413), so a
-client cannot make the service buffer more than ``max_body`` bytes."""
+client cannot make the service buffer more than ``max_body`` bytes.
+
+A JSON body (``application/json``, ``+json``, or no content type) must be UTF-8 (RFC 8259):
+it is checked as it comes, and one that is not is refused as ``malformed-body`` (Python's JSON
+reader would otherwise guess UTF-16 or UTF-32 from its first bytes)."""
 
 from __future__ import annotations
 
+import codecs
 import json
 
 from starlette.exceptions import HTTPException
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from scrapeflow.server._problems import PROBLEM_JSON
+from scrapeflow.server._problems import NOT_UTF8, PROBLEM_JSON
 
 __all__ = ["BodyLimit"]
 
@@ -40,15 +45,24 @@ class BodyLimit:
                 await self._too_large(send)
                 return
         seen = 0
+        utf8 = codecs.getincrementaldecoder("utf-8")() if _json_body(scope) else None
 
         async def bounded_receive() -> Message:
             nonlocal seen
             message = await receive()
             if message["type"] == "http.request":
-                seen += len(message.get("body", b""))
+                chunk = message.get("body", b"")
+                seen += len(chunk)
+                more = message.get("more_body", False)
                 if seen > self.max_body:  # a chunked body: the route's handler answers 413
-                    await self._discard(receive, more=message.get("more_body", False))
+                    await self._discard(receive, more=more)
                     raise HTTPException(413, self._detail())
+                if utf8 is not None:
+                    try:
+                        utf8.decode(chunk, final=not more)
+                    except UnicodeDecodeError:
+                        await self._discard(receive, more=more)
+                        raise HTTPException(422, NOT_UTF8) from None
             return message
 
         await self.app(scope, bounded_receive, send)
@@ -87,3 +101,12 @@ class BodyLimit:
             }
         )
         await send({"type": "http.response.body", "body": body})
+
+
+def _json_body(scope: Scope) -> bool:
+    """Whether the request's body would be read as JSON (its content type, or none)."""
+    for name, value in scope["headers"]:
+        if name == b"content-type":
+            kind: bytes = value.split(b";")[0].strip().lower()
+            return kind == b"application/json" or kind.endswith(b"+json")
+    return True

@@ -22,7 +22,7 @@ from scrapeflow.errors import (
     UnknownJobKind,
 )
 
-__all__ = ["MALFORMED_BODY", "Problem", "install_problem_handlers"]
+__all__ = ["MALFORMED_BODY", "NOT_UTF8", "Problem", "install_problem_handlers"]
 
 PROBLEM_JSON = "application/problem+json"
 
@@ -51,6 +51,8 @@ MALFORMED_BODY = "malformed-body"
 """The one problem type of a body that cannot be read as JSON: not UTF-8 text, not JSON, nested
 too deep, or sent with a content type other than ``application/json``."""
 _FASTAPI_UNPARSABLE = "There was an error parsing the body"
+NOT_UTF8 = "the body is not UTF-8"
+"""The detail BodyLimit raises for a JSON body that is not UTF-8 (answered as malformed-body)."""
 
 
 def _unreadable(error: Any) -> bool:
@@ -96,8 +98,8 @@ def install_problem_handlers(app: FastAPI) -> None:
 
     @app.exception_handler(StarletteHTTPException)
     async def _http(request: Request, exc: StarletteHTTPException) -> JSONResponse:
-        if exc.status_code == 400 and exc.detail == _FASTAPI_UNPARSABLE:
-            return _malformed_body()  # too deep for the parser, or not text
+        if (exc.status_code, exc.detail) in ((400, _FASTAPI_UNPARSABLE), (422, NOT_UTF8)):
+            return _malformed_body()  # too deep for the parser, or not UTF-8 text
         kind = {404: "not-found", 405: "method-not-allowed", 413: "body-too-large"}.get(
             exc.status_code, "http-error"
         )
