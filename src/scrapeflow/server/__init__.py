@@ -1,7 +1,8 @@
 """The scrapeflow service: ``create_app(settings)`` builds the FastAPI app (``scrapeflow serve``).
 
-Versioned under ``/v1``; OpenAPI at ``/docs``; API keys with scopes (``scrapeflow keys
-create``); errors as ``application/problem+json``. See ``docs/service.md``.
+Versioned under ``/v1``; OpenAPI at ``/openapi.json`` (``/docs`` when ``api_docs`` is on); API
+keys with scopes, expiry, rotation and revocation (``scrapeflow keys``); errors as
+``application/problem+json``. See ``docs/service.md``.
 """
 
 from __future__ import annotations
