@@ -31,12 +31,17 @@ _JOBS_RETRY = 10
 class StreamSlots:
     """Open event streams per API key and in all, bounded.
 
-    >>> slots = StreamSlots(per_key=1, total=10)
-    >>> with slots.taken("k1"):
+    >>> slots = StreamSlots(per_key=1, total=2)
+    >>> with slots.taken("k1"), slots.taken("k2"):
     ...     slots.open("k1"), slots.total
-    (1, 1)
-    >>> slots.open("k1")
-    0
+    (1, 2)
+    >>> slots.open("k1"), slots.total
+    (0, 0)
+    >>> with slots.taken("k1"):
+    ...     with slots.taken("k1"):
+    ...         pass
+    Traceback (most recent call last):
+    scrapeflow.server._problems.Problem: this key holds 1 event streams open already ...
     """
 
     def __init__(self, *, per_key: int, total: int) -> None:
