@@ -90,7 +90,9 @@ async def test_an_older_jobs_table_gets_owners_and_their_indexes(empty_db_url: s
 
         kept = await store.get(old_id)
         assert kept is not None and kept.params == {"customer": "ana"}
-        assert (kept.submitted_by, kept.customer, kept.cost) == (None, None, 1)
+        assert (kept.submitted_by, kept.customer, kept.cost) == (None, "ana", 1)
+        theirs = JobScope(customer_kinds=frozenset({"bank.refresh"}), customers=frozenset({"ana"}))
+        assert [job.id for job in await store.summaries(scope=theirs)] == [old_id]
 
         now = datetime.now(UTC)
         for n, (state, cost) in enumerate(

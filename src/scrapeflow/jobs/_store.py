@@ -12,7 +12,7 @@ or every kind but ``other_than``): refreshes are claimed in their own lane, neve
 Who submitted a job (``submitted_by``, an API key's id) and the customer it works for are
 columns with their indexes: a key's listing, its quota of active jobs and an idempotency key's
 job are each one indexed query. A table made before they existed gets them at start-up (the
-columns are nullable; its older jobs have none).
+columns are nullable); its older jobs get the customer their params name, and no submitter.
 """
 
 from __future__ import annotations
@@ -48,7 +48,14 @@ from sqlalchemy.schema import CreateIndex
 from sqlalchemy.sql.elements import ColumnElement
 
 from scrapeflow.db import UTCDateTime, create_engine, create_tables
-from scrapeflow.jobs._model import ACTIVE_STATES, Job, JobScope, JobState, JobTally
+from scrapeflow.jobs._model import (
+    ACTIVE_STATES,
+    Job,
+    JobScope,
+    JobState,
+    JobTally,
+    customer_of,
+)
 
 __all__ = ["JobStore", "SqlJobStore", "jobs_table"]
 
@@ -94,6 +101,7 @@ _LATER_INDEXES = frozenset(
     }
 )
 """The indexes added after the first release: made at start-up on a table that predates them."""
+_FILL_BATCH = 500
 _INDEX_LOCK = 0x5C4A9E_0003
 """The PostgreSQL advisory lock processes starting together take turns on to add them."""
 _SUMMARY = [c for c in jobs_table.c if c.name not in ("params", "result")]
@@ -224,6 +232,29 @@ class SqlJobStore:
                 await connection.execute(lock, {"key": _INDEX_LOCK})
             for index in later:
                 await connection.execute(CreateIndex(index, if_not_exists=True))
+        await self._fill_customers()
+
+    async def _fill_customers(self) -> None:
+        """Jobs stored before the customer column (their cost is empty) get the customer their
+        params name, once: a restricted key's listing filters on it."""
+        c = jobs_table.c
+        while True:
+            async with self.engine.begin() as connection:
+                rows = (
+                    await connection.execute(
+                        select(c.id, c.params).where(c.cost.is_(None)).limit(_FILL_BATCH)
+                    )
+                ).all()
+                for row in rows:
+                    params = json.loads(row.params) if isinstance(row.params, str) else row.params
+                    customer = customer_of(params) if isinstance(params, dict) else None
+                    await connection.execute(
+                        update(jobs_table)
+                        .where(c.id == row.id, c.cost.is_(None))
+                        .values(customer=customer, cost=1)
+                    )
+            if len(rows) < _FILL_BATCH:
+                return
 
     async def close(self) -> None:
         if self._owns_engine and self._engine is not None:
