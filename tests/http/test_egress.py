@@ -89,9 +89,13 @@ async def test_egress_allow_opens_cidrs_names_and_suffixes() -> None:
         parse_egress_allow(["http://x/"])
 
 
-async def test_a_name_that_does_not_resolve_is_refused_as_input() -> None:
+async def test_a_name_that_does_not_resolve_is_judged_when_it_is_dialled() -> None:
+    await EgressPolicy().check_url("http://no-such-host.invalid/")  # nothing to dial yet
     with pytest.raises(InputError, match="does not resolve"):
-        await EgressPolicy().check_url("http://no-such-host.invalid/")
+        await EgressPolicy().check_url("http://no-such-host.invalid/", unresolved=False)
+    async with client(EgressPolicy()) as http:
+        with pytest.raises(ConnectionFailed, match="name not resolved"):
+            await http.get("http://no-such-host.invalid/")
 
 
 @dataclass

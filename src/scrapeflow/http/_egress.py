@@ -7,7 +7,8 @@ an address by its class (:func:`address_class`), and gates every connection thre
 
 * at registration (:meth:`EgressPolicy.check_url`): the host is resolved as the system resolves
   it (so ``127.1``, ``0x7f.0.0.1``, ``2130706433`` and ``017700000001`` are all loopback) and
-  the URL is refused if **any** address it resolves to is blocked;
+  the URL is refused if **any** address it resolves to is blocked (a name that does not
+  resolve yet passes: there is nothing to dial, and the dial is judged again);
 * at dial time (:meth:`EgressPolicy.connector`): the connector's resolver refuses a name any of
   whose addresses is blocked, and its socket factory checks the very address it is about to
   connect to (an IP literal skips the resolver; a name is never looked up twice), on every
@@ -227,9 +228,10 @@ class EgressPolicy:
                 return None
         return self.proxy
 
-    async def check_url(self, url: str) -> None:
+    async def check_url(self, url: str, *, unresolved: bool = True) -> None:
         """Refuse ``url`` (:class:`EgressBlocked`) when its host is, or resolves to, any
-        blocked address; a name that does not resolve is refused as ``InputError``."""
+        blocked address. A name that does not resolve passes when ``unresolved`` (nothing can
+        be dialled, and every dial is judged again), else it is refused as ``InputError``."""
         try:
             parsed = yarl.URL(url)
             host = parsed.host
@@ -239,7 +241,13 @@ class EgressPolicy:
             raise InputError("a URL needs a host")
         if self.allows_host(host):
             return
-        for ip in await self._resolve(host, parsed.port or 0):
+        try:
+            addresses = await self._resolve(host, parsed.port or 0)
+        except InputError:
+            if unresolved:
+                return
+            raise
+        for ip in addresses:
             blocked = self.blocked_class(ip)
             if blocked is not None:
                 raise EgressBlocked(blocked, url=_shown(parsed))
@@ -336,8 +344,8 @@ async def judge_target(policy: EgressPolicy, url: yarl.URL) -> None:
     """Refuse ``url`` if the policy blocks where it leads (:class:`EgressBlocked`); a name
     that does not resolve is a failed connection, as it would be dialled."""
     try:
-        await policy.check_url(str(url))
-    except InputError:
+        await policy.check_url(str(url), unresolved=False)
+    except InputError:  # unjudged, it would be dialled by the proxy as it pleases
         raise ConnectionFailed("name not resolved", url=redact(str(url))) from None
 
 

@@ -163,7 +163,8 @@ async def create_webhook(
     body: WebhookIn, state: State, key: Reader, response: Response
 ) -> WebhookCreated:
     """Register a URL for this key's events (a key restricted to customers gets only theirs).
-    The answer holds the signing secret, shown this once."""
+    The URL may not lead where the egress policy blocks (loopback, private ranges…: 422
+    ``egress-blocked``). The answer holds the signing secret, shown this once."""
     from scrapeflow.banking import CredentialVault
 
     unknown = unknown_filters(body.events or ())
@@ -175,6 +176,9 @@ async def create_webhook(
         )
     if len(await state.webhooks.of(key.id)) >= _MAX_PER_KEY:
         raise Problem(409, "too-many-webhooks", f"a key has at most {_MAX_PER_KEY} webhooks")
+    # Where the receiver leads, in every spelling: 422 egress-blocked (each delivery is judged
+    # again as it is dialled, so a name that moves inside later gets nothing either).
+    await state.egress.check_url(body.url)
     vault = CredentialVault.from_settings(state.settings)
     hook, secret = await state.webhooks.create(
         key, body.url, list(dict.fromkeys(body.events or ())), vault
