@@ -354,7 +354,7 @@ def test_a_stream_that_fails_after_it_started_is_counted_in_stats(pg_service: Se
                     {"payload": payload.decode()},
                 )
             event = await next_event(stream, 10)
-            assert event["event"] == "error"
+            assert event["event"] == "stream.failed"
             assert orjson.loads(event["data"])["type"] == "stream-failed"
             async with engine.begin() as connection:
                 await connection.execute(

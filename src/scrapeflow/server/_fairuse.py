@@ -95,22 +95,22 @@ class JobQuota:
         self._turns: dict[str, asyncio.Lock] = {}
 
     @contextlib.asynccontextmanager
-    async def room(
-        self, key_id: str, cost: int, used_by: Callable[[str], Awaitable[int]]
-    ) -> AsyncIterator[None]:
-        """Inside: the key has room for a job of ``cost`` (submit it there), ``used_by`` telling
-        what its active jobs take; else 429 ``too-many-jobs``. One submission per key at a time
-        in this process."""
+    async def turn(self, key_id: str) -> AsyncIterator[None]:
+        """One submission of ``key_id`` at a time in this process: check, then submit, inside."""
         # One lock per key that ever submitted here: as many as there are keys, no more.
         async with self._turns.setdefault(key_id, asyncio.Lock()):
-            used = await used_by(key_id)
-            if used + cost > self.limit:
-                raise Problem(
-                    429,
-                    "too-many-jobs",
-                    f"this key has {used} of its {self.limit} queued or running jobs "
-                    f"(parts counted); this one would take {cost}: wait for some to end, "
-                    "or cancel some",
-                    headers={"Retry-After": str(_JOBS_RETRY)},
-                )
             yield
+
+    async def check(self, key_id: str, cost: int, used_by: Callable[[str], Awaitable[int]]) -> None:
+        """429 ``too-many-jobs`` unless the key has room for a job of ``cost``, ``used_by``
+        telling what its active jobs take."""
+        used = await used_by(key_id)
+        if used + cost > self.limit:
+            raise Problem(
+                429,
+                "too-many-jobs",
+                f"this key has {used} of its {self.limit} queued or running jobs "
+                f"(parts counted); this one would take {cost}: wait for some to end, "
+                "or cancel some",
+                headers={"Retry-After": str(_JOBS_RETRY)},
+            )

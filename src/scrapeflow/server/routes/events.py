@@ -9,7 +9,8 @@ until the key is revoked or expires (the stream then ends within a second).
 Fair use: a key holds at most ``max_streams_per_key`` streams open, the service
 ``max_streams`` (429 ``too-many-streams`` with ``Retry-After`` beyond, before the stream
 starts). An idle stream holds no database connection. A stream that fails after it started
-(its 200 already sent) ends with an ``error`` event, and counts as an error in ``/v1/stats``.
+(its 200 already sent) ends with a ``stream.failed`` event, and counts as an error in
+``/v1/stats``.
 """
 
 from __future__ import annotations
@@ -118,8 +119,9 @@ async def _events(
         except Exception as exc:  # after the 200: the client is told, and stats count it
             metrics.stream_failed()
             _log.warning("an event stream failed", error=type(exc).__name__)
+            # Not "error": a browser's EventSource gives that name to its own connection errors.
             yield ServerSentEvent(
-                event="error",
+                event="stream.failed",
                 data={
                     "type": "stream-failed",
                     "detail": "the stream failed; reconnect with Last-Event-ID to resume",

@@ -177,10 +177,14 @@ async def create_job(
         job = await state.queue.latest(dedupe, horizon)
     if job is None:
         cost = 1 + _parts(params)
-        async with state.job_quota.room(key.id, cost, state.queue.quota_used):
-            job = await state.queue.submit(
-                wanted.kind, params, dedupe_key=dedupe, submitted_by=key.id, cost=cost
-            )
+        async with state.job_quota.turn(key.id):
+            # A first request with the same Idempotency-Key may have made it meanwhile.
+            job = await state.queue.active(dedupe) if dedupe is not None else None
+            if job is None:
+                await state.job_quota.check(key.id, cost, state.queue.quota_used)
+                job = await state.queue.submit(
+                    wanted.kind, params, dedupe_key=dedupe, submitted_by=key.id, cost=cost
+                )
     if dedupe is not None and (job.kind != wanted.kind or job.params != params):
         raise Problem(
             422,
