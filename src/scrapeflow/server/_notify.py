@@ -4,9 +4,9 @@ Every transaction that stores events also sends a notice on :data:`CHANNEL` (del
 commits, never for a rolled-back one) naming the customers and jobs the events are about and
 the process that stored them. Each process listens on its own connection and wakes the streams
 of those customers and jobs, so a stream follows work done on any machine without waiting for
-its poll. A notice that would not fit says "everything" instead. When the listening connection
-drops (a database restart), it reconnects with backoff; meanwhile the streams' poll carries on,
-so nothing is missed, only later.
+its catch-up. A notice that would not fit says "everything" instead. When the listening connection
+drops (a database restart), it reconnects with backoff, then wakes every stream; meanwhile the
+streams' periodic catch-up carries on, so nothing is missed, only later.
 """
 
 from __future__ import annotations
