@@ -239,12 +239,17 @@ class SqlJobStore:
         params name, once: a restricted key's listing filters on it."""
         c = jobs_table.c
         while True:
-            async with self.engine.begin() as connection:
+            # Read, then write in a transaction of its own: on SQLite a transaction that read
+            # and then writes is refused at once when another wrote meanwhile (no busy wait).
+            async with self.engine.connect() as connection:
                 rows = (
                     await connection.execute(
                         select(c.id, c.params).where(c.cost.is_(None)).limit(_FILL_BATCH)
                     )
                 ).all()
+            if not rows:
+                return
+            async with self.engine.begin() as connection:
                 for row in rows:
                     params = json.loads(row.params) if isinstance(row.params, str) else row.params
                     customer = customer_of(params) if isinstance(params, dict) else None
