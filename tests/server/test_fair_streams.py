@@ -209,8 +209,10 @@ def test_a_flood_of_streams_is_refused_past_the_cap_while_others_read_quickly(
         assert refusal["headers"]["content-type"] == "application/problem+json"
         assert int(refusal["headers"]["retry-after"]) >= 1
         assert json.loads(refusal["body"])["type"] == "too-many-streams"
-        # 250 ms, or twice the quiet p99 on a machine so busy that quiet reads are slow.
-        bound = max(0.25, 2 * p99(quiet))
+        # 250 ms; on a machine so busy that quiet reads take over 80 ms (tests in parallel),
+        # three times the quiet p99: the flood's own client and answers take CPU from the
+        # others too, whatever the service does.
+        bound = max(0.25, 3 * p99(quiet))
         assert p99(latencies) < bound, (bound, " ".join(str(round(x * 1000)) for x in latencies))
         # While the attacker holds its streams, it gets no more; once they end, it does.
         extra = await open_stream(service.url, "/v1/customers/cust-1/events", attacker)
