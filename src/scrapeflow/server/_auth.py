@@ -3,7 +3,7 @@
 FastAPI reads and parses a request's body before it runs a route's dependencies, so a client
 without a key would learn, from a 422, how its body was judged, and make the service parse it.
 :class:`Authenticate` therefore checks the key of every ``/v1`` request that may carry a body
-(any method but GET, HEAD and OPTIONS) before the route is reached, answers 401 or 429 at once,
+(POST, PUT, PATCH, DELETE) before the route is reached, answers 401 or 429 at once,
 and leaves the key in the request's state, where the routes' dependency
 (:func:`scrapeflow.server._deps.caller_with`) takes it instead of looking again. Requests
 without a body are authenticated by that dependency alone.
@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import json
 
+from starlette.routing import Match
 from starlette.types import ASGIApp, Receive, Scope, Send
 
 from scrapeflow.server._keys import ApiKey
@@ -26,7 +27,9 @@ from scrapeflow.server._state import ServiceState
 __all__ = ["Authenticate", "authenticate"]
 
 _STATE_KEY = "api_key"
-_NO_BODY = frozenset({"GET", "HEAD", "OPTIONS"})
+_WITH_BODY = frozenset({"POST", "PUT", "PATCH", "DELETE"})
+"""The methods whose requests may carry a body a route reads (any other method is answered by
+the routes' dependency, or 405 by the router)."""
 
 
 async def authenticate(state: ServiceState, authorization: str, address: str) -> ApiKey:
@@ -83,8 +86,9 @@ class Authenticate:
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if (
             scope["type"] != "http"
-            or scope["method"] in _NO_BODY
+            or scope["method"] not in _WITH_BODY
             or not scope["path"].startswith("/v1/")
+            or not _has_route(scope)
         ):
             await self.app(scope, receive, send)
             return
@@ -101,6 +105,12 @@ class Authenticate:
             return
         remember(scope, key)
         await self.app(scope, receive, send)
+
+
+def _has_route(scope: Scope) -> bool:
+    """Whether a route takes this method at this path: if none does, the router answers (404,
+    405) as for any client, and nothing is read."""
+    return any(route.matches(scope)[0] is Match.FULL for route in scope["app"].router.routes)
 
 
 async def _answer(send: Send, problem: Problem) -> None:
