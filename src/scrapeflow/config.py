@@ -155,7 +155,8 @@ class Settings(BaseSettings):
     """Who runs the jobs: ``embedded`` (the service itself) or ``procrastinate`` (workers on
     any machines, ``scrapeflow worker``; PostgreSQL only, and the ``distributed`` extra)."""
     job_concurrency: Annotated[int, Field(ge=1, le=1_000)] = 4
-    """Jobs the service runs at once (each refresh runs all its accesses in parallel)."""
+    """Fetch and run jobs the service runs at once (refreshes and one-time codes have their own
+    lane: ``refresh_concurrency``)."""
     job_heartbeat: Seconds = 5.0
     """Seconds between two heartbeats of running jobs; a job silent for 3 of them is run again."""
     jobs_dir: Path = Path("jobs")

@@ -35,7 +35,8 @@ def worker(
         typer.Option(
             min=1,
             max=1_000,
-            help="Jobs run at once (SCRAPEFLOW_JOB_CONCURRENCY).",
+            help="Fetch and run jobs run at once (SCRAPEFLOW_JOB_CONCURRENCY); refreshes "
+            "have their own lane (SCRAPEFLOW_REFRESH_CONCURRENCY).",
             show_default="4",
         ),
     ] = None,
@@ -118,7 +119,8 @@ async def _take_jobs(
     ):
         if announce:
             out.print(
-                f"worker taking jobs ({config.job_concurrency} at once)",
+                f"worker taking jobs ({config.job_concurrency} fetch and run jobs and "
+                f"{config.refresh_concurrency} refreshes at once)",
                 highlight=False,
                 soft_wrap=True,
             )
