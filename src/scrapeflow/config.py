@@ -199,8 +199,9 @@ class Settings(BaseSettings):
     max_streams: Annotated[int, Field(ge=1, le=1_000_000)] = 2_000
     """Event streams the service holds open at once, every key together; past it, 429."""
     forwarded_allow_ips: Annotated[tuple[str, ...], NoDecode] = ()
-    """Peers (addresses or CIDRs, comma-separated) whose ``X-Forwarded-For`` / ``Forwarded``
-    headers are believed: your reverse proxies. Unset: none, the peer's address is the client's."""
+    """Peers (addresses or CIDRs, comma-separated) whose ``X-Forwarded-For`` (and
+    ``X-Forwarded-Proto``) headers are believed: your reverse proxies (``Forwarded`` is never
+    read). Unset: none, the peer's address is the client's."""
     api_keep_alive: Seconds = 5.0
     """Seconds an idle keep-alive connection stays open before the service closes it."""
     api_header_timeout: Seconds = 10.0

@@ -42,6 +42,7 @@ __all__ = [
     "accounts",
     "add_access",
     "add_customer",
+    "canonical_customer_id",
     "get_customer",
     "known_customer",
     "list_customers",

@@ -28,7 +28,19 @@ from scrapeflow.server._keys import (
 )
 from scrapeflow.server._problems import Problem
 
-__all__ = ["router"]
+__all__ = [
+    "KeyCreated",
+    "KeyIn",
+    "KeyList",
+    "KeyOut",
+    "RotateIn",
+    "key",
+    "keys",
+    "new_key",
+    "revoke",
+    "rotate",
+    "router",
+]
 
 router = APIRouter(prefix="/v1/keys", tags=["keys"])
 
