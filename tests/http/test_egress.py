@@ -36,6 +36,7 @@ BLOCKED = {
     "http://[::1]/": "loopback",
     "http://[::ffff:127.0.0.1]/": "loopback",
     "http://[::ffff:7f00:1]/": "loopback",
+    "http://[::ffff:0:7f00:1]/": "loopback",
     "http://[64:ff9b::7f00:1]/": "loopback",
     "http://[2002:7f00:1::]/": "loopback",
     "http://0.0.0.0/": "unspecified",
@@ -56,6 +57,7 @@ BLOCKED = {
     "http://240.0.0.1/": "reserved",
     "http://255.255.255.255/": "broadcast",
     "http://192.0.2.1/": "documentation",
+    "http://[3fff::1]/": "documentation",
 }
 
 
@@ -238,5 +240,35 @@ def test_the_standard_proxy_variables_are_followed() -> None:
 
     assert policy.proxy_for(yarl.URL("https://example.com/")) == "http://proxy.internal:3128"
     assert policy.proxy_for(yarl.URL("http://hooks.internal/")) is None
-    assert "proxy.internal" in policy.trusted  # dialled as the proxy, whatever its address
+    assert ("proxy.internal", 3128) in policy.trusted  # dialled as the proxy, on its port
     assert not policy.allows_host("proxy.internal")  # as a target, judged like any other
+
+
+@pytest.mark.parametrize("header", ["Location", "URI"])
+async def test_through_an_egress_proxy_each_redirect_hop_is_judged(header: str) -> None:
+    require_tinyproxy()
+    async with serving("127.0.0.1", ok) as internal:
+
+        async def bounce(request: web.Request) -> web.Response:
+            # aiohttp follows URI when there is no Location: both must be judged.
+            return web.Response(status=302, headers={header: f"{internal.url}/secret"})
+
+        async with serving("127.0.0.2", bounce) as outside:
+            with run_tinyproxy("127.0.0.3") as proxy:
+                policy = EgressPolicy(allow=parse_egress_allow(["127.0.0.2"]), proxy=proxy)
+                async with client(policy.trusting([proxy])) as http:
+                    with pytest.raises(EgressBlocked):
+                        await http.get(f"{outside.url}/go")
+    assert outside.peers == ["127.0.0.3"]
+    assert internal.peers == []
+
+
+async def test_a_trusted_proxy_is_reachable_on_its_own_port_only() -> None:
+    async with serving("127.0.0.1", ok) as internal:
+        # The operator's proxy on 127.0.0.1, some other port: dialled as the proxy, but a
+        # client's request straight to another port of that address is refused.
+        policy = EgressPolicy().trusting(["http://127.0.0.1:3128"])
+        async with client(policy) as http:
+            with pytest.raises(EgressBlocked):
+                await http.get(f"{internal.url}/")
+    assert internal.peers == []

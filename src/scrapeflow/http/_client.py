@@ -281,13 +281,19 @@ class HttpClient:
     @property
     def aiohttp_session(self) -> aiohttp.ClientSession:
         """A plain aiohttp session on the client's connection pool, for code that wants one
-        (the seed's ``context.session``): no retries, identity or proxy are applied to it."""
+        (the seed's ``context.session``): no retries, identity or proxy list are applied to it.
+        Under an egress policy it dials only where the policy allows, and goes through the
+        policy's proxy (each redirect hop judged first) when it has one."""
         if self._plain is None:
+            egress = self._egress
+            proxied = egress is not None and egress.proxy is not None
             self._plain = aiohttp.ClientSession(
                 connector=self.connector,
                 connector_owner=False,
                 cookie_jar=aiohttp.CookieJar(unsafe=True),
                 timeout=aiohttp.ClientTimeout(total=self.config.timeout),
+                proxy=egress.proxy if egress is not None else None,
+                trace_configs=[redirect_judge(egress)] if egress is not None and proxied else None,
             )
         return self._plain
 

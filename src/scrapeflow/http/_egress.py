@@ -33,6 +33,7 @@ True
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import ipaddress
 import os
 import socket
@@ -89,6 +90,8 @@ _V6_CLASSES: tuple[tuple[str, str], ...] = (
     ("100::/64", "reserved"),  # discard-only
     ("2001::/32", "reserved"),  # Teredo: an IPv4 inside, obfuscated
     ("2001:db8::/32", "documentation"),
+    ("3fff::/20", "documentation"),
+    ("5f00::/16", "reserved"),  # segment routing SIDs
     ("fc00::/7", "private"),  # unique local
     ("fe80::/10", "link-local"),
     ("fec0::/10", "link-local"),  # site-local, deprecated
@@ -97,7 +100,12 @@ _V6_CLASSES: tuple[tuple[str, str], ...] = (
 _CLASSES: tuple[tuple[IPNetwork, str], ...] = tuple(
     (ipaddress.ip_network(net), name) for net, name in (*_V4_CLASSES, *_V6_CLASSES)
 )
+CHECKED_NAMES = 32
+"""Host names of one submission resolved there, at most (the rest are judged when dialled)."""
+CHECK_SECONDS = 5.0
+"""Seconds the names of one submission may take to resolve (the rest: judged when dialled)."""
 _NAT64 = ipaddress.ip_network("64:ff9b::/96")
+_TRANSLATED = ipaddress.ip_network("::ffff:0:0:0/96")  # IPv4-translated (SIIT)
 _SIX_TO_FOUR = ipaddress.ip_network("2002::/16")
 
 
@@ -107,7 +115,7 @@ def address_class(ip: IPAddress) -> str | None:
     ``64:ff9b::/96``, 6to4 ``2002::/16``) is judged by the IPv4 inside."""
     if isinstance(ip, ipaddress.IPv6Address):
         inner = ip.ipv4_mapped or ip.sixtofour
-        if inner is None and ip in _NAT64:
+        if inner is None and (ip in _NAT64 or ip in _TRANSLATED):
             inner = ipaddress.IPv4Address(int(ip) & 0xFFFFFFFF)
         if inner is not None:
             return address_class(inner)
@@ -152,16 +160,16 @@ class EgressPolicy:
     """Which addresses client-given URLs may reach, and the proxy they go through.
 
     ``allow``: entries of :func:`parse_egress_allow`; ``proxy``: an ``http(s)://`` proxy URL for
-    every request (None: direct); ``trusted``: hosts of the operator's own (its proxies) that
-    the connector may dial whatever their class — only to reach them as proxies: a target on
-    the same address is judged like any other.
+    every request (None: direct); ``trusted``: ``(host, port)`` of the operator's own (its
+    proxies) that the connector may dial whatever their class — that port only, to reach them
+    as proxies: a target on the same address is judged like any other.
     """
 
     allow: tuple[str, ...] = ()
     proxy: str | None = field(default=None, repr=False)  # may hold credentials
     no_proxy: tuple[str, ...] = ()
     """Hosts (and ``.suffix`` entries) reached directly although a proxy is set (``NO_PROXY``)."""
-    trusted: frozenset[str] = frozenset()
+    trusted: frozenset[tuple[str, int]] = frozenset()
 
     @classmethod
     def from_settings(
@@ -185,13 +193,8 @@ class EgressPolicy:
     def trusting(self, urls: Iterable[str]) -> EgressPolicy:
         """This policy, also letting connections reach the hosts of ``urls`` (the operator's
         proxies)."""
-        hosts = {yarl.URL(u).host for u in urls}
-        return EgressPolicy(
-            self.allow,
-            self.proxy,
-            self.no_proxy,
-            self.trusted | {h.lower().rstrip(".") for h in hosts if h},
-        )
+        places = {(u.host.lower().rstrip("."), u.port or 0) for u in map(yarl.URL, urls) if u.host}
+        return EgressPolicy(self.allow, self.proxy, self.no_proxy, self.trusted | places)
 
     # -- judging ----------------------------------------------------------------------------
 
@@ -253,15 +256,23 @@ class EgressPolicy:
                 raise EgressBlocked(blocked, url=_shown(parsed))
 
     async def check_urls(self, urls: Iterable[str]) -> None:
-        """:meth:`check_url` for each distinct host of ``urls`` (a job of 10,000 URLs on one
-        site resolves it once)."""
-        seen: dict[tuple[str | None, int | None], str] = {}
+        """:meth:`check_url` for each distinct host of ``urls``: every IP literal, and the
+        first :data:`CHECKED_NAMES` names within :data:`CHECK_SECONDS` (a job of 10,000 URLs on
+        one site resolves it once; one of 10,000 names cannot hold the resolver's threads).
+        A name left unchecked, or still resolving at the bound, is judged when it is dialled,
+        like every connection."""
+        hosts: dict[str, str] = {}
         for url in urls:
-            parsed = yarl.URL(url)
-            seen.setdefault((parsed.host, parsed.port), url)
-        checks = [self.check_url(url) for url in seen.values()]
-        for start in range(0, len(checks), 32):  # a bounded number of lookups at once
-            await asyncio.gather(*checks[start : start + 32])
+            host = (yarl.URL(url).host or "").lower()
+            hosts.setdefault(host, url)
+        literals = [u for h, u in hosts.items() if _ip_literal(h) is not None]
+        names = [u for h, u in hosts.items() if _ip_literal(h) is None][:CHECKED_NAMES]
+        for url in literals:
+            await self.check_url(url)
+        with contextlib.suppress(TimeoutError):
+            async with asyncio.timeout(CHECK_SECONDS):
+                for start in range(0, len(names), 8):  # a few lookups at once
+                    await asyncio.gather(*(self.check_url(u) for u in names[start : start + 8]))
 
     async def _resolve(self, host: str, port: int) -> list[IPAddress]:
         literal = _ip_literal(host)
@@ -282,15 +293,18 @@ class EgressPolicy:
         dial a blocked address (IP literals, which skip the resolver, included). A refusal
         raises :class:`EgressBlocked` inside aiohttp's ``ClientConnectorError``
         (:func:`egress_refusal` finds it)."""
-        # The addresses of names egress_allow or the operator's proxies name: dialled whatever
-        # their class (an IP literal among those is approved from the start).
-        approved: set[str] = {h for h in self.trusted if _ip_literal(h) is not None}
+        # Dialled whatever their class: the addresses of names egress_allow names (any port),
+        # and the operator's proxies (their port only; an IP literal approved from the start).
+        approved: set[tuple[str, int | None]] = {
+            (str(ip), port) for host, port in self.trusted if (ip := _ip_literal(host))
+        }
         resolver = _checking_resolver(self, approved)
 
         def dial(addr_info: Any) -> socket.socket:
             family, type_, proto, _, address = addr_info
             ip = ipaddress.ip_address(str(address[0]).split("%", 1)[0])
-            blocked = None if str(ip) in approved else self.blocked_class(ip)
+            known = (str(ip), None) in approved or (str(ip), int(address[1])) in approved
+            blocked = None if known else self.blocked_class(ip)
             if blocked is not None:
                 raise EgressBlocked(blocked)
             return socket.socket(family=family, type=type_, proto=proto)
@@ -298,9 +312,12 @@ class EgressPolicy:
         return aiohttp.TCPConnector(resolver=resolver, socket_factory=dial, **options)
 
 
-def _checking_resolver(policy: EgressPolicy, approved: set[str]) -> aiohttp.abc.AbstractResolver:
+def _checking_resolver(
+    policy: EgressPolicy, approved: set[tuple[str, int | None]]
+) -> aiohttp.abc.AbstractResolver:
     """aiohttp's resolver, refusing names that resolve to any blocked address. Addresses of
-    names named in ``egress_allow`` are remembered as approved for the socket factory."""
+    names named in ``egress_allow`` (any port) and of the operator's proxies (their port) are
+    remembered as approved for the socket factory."""
 
     class CheckingResolver(AbstractResolver):
         def __init__(self) -> None:
@@ -310,11 +327,12 @@ def _checking_resolver(policy: EgressPolicy, approved: set[str]) -> aiohttp.abc.
             self, host: str, port: int = 0, family: socket.AddressFamily = socket.AF_INET
         ) -> list[ResolveResult]:
             results = await self.inner.resolve(host, port, family)
-            allowed = policy.allows_host(host) or host.lower().rstrip(".") in policy.trusted
+            allowed = policy.allows_host(host)
+            proxy = (host.lower().rstrip("."), port) in policy.trusted
             for result in results:
                 ip = ipaddress.ip_address(str(result["host"]).split("%", 1)[0])
-                if allowed:
-                    approved.add(str(ip))
+                if allowed or proxy:
+                    approved.add((str(ip), None if allowed else port))
                     continue
                 blocked = policy.blocked_class(ip)
                 if blocked is not None:
@@ -357,7 +375,9 @@ def redirect_judge(policy: EgressPolicy) -> aiohttp.TraceConfig:
     async def on_redirect(
         session: aiohttp.ClientSession, context: Any, params: aiohttp.TraceRequestRedirectParams
     ) -> None:
-        location = params.response.headers.get("Location")
+        # Where aiohttp goes next: Location, else URI (it follows either).
+        headers = params.response.headers
+        location = headers.get("Location") or headers.get("URI")
         if location:
             await judge_target(policy, params.url.join(yarl.URL(location)))
 
