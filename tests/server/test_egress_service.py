@@ -8,6 +8,7 @@ variables are followed. The service allows 127.0.0.2 (the "outside" here) and no
 from __future__ import annotations
 
 import asyncio
+import json
 import socket
 import threading
 import time
@@ -35,6 +36,7 @@ class Hit:
     path: str
     peer: str
     headers: dict[str, str]
+    body: bytes = b""
 
 
 @dataclass
@@ -52,10 +54,9 @@ class Peer:
         class Handler(BaseHTTPRequestHandler):
             def _answer(self) -> None:
                 length = int(self.headers.get("Content-Length", "0"))
-                if length:
-                    self.rfile.read(length)
+                body = self.rfile.read(length) if length else b""
                 headers = {k.lower(): v for k, v in self.headers.items()}
-                peer.hits.append(Hit(self.path, self.client_address[0], headers))
+                peer.hits.append(Hit(self.path, self.client_address[0], headers, body))
                 if self.path.startswith("/bounce"):
                     self.send_response(302)
                     self.send_header("Location", peer.bounce_to)
@@ -264,7 +265,7 @@ def deliveries(http: httpx.Client, auth: dict[str, str], hook: str) -> list[dict
     return found
 
 
-def test_webhooks_echo_nothing_and_keep_no_cookies(
+def test_webhooks_echo_nothing_keep_no_cookies_and_hear_only_their_keys_jobs(
     guarded: Service, outside: Peer, banner: Banner
 ) -> None:
     # A "receiver" on the allowed address that is not HTTP at all: its banner must not come
@@ -304,15 +305,21 @@ def test_webhooks_echo_nothing_and_keep_no_cookies(
 
             failed = eventually(babbled, "failed deliveries to the babbler, tried again")
             hook_hits = lambda: [h for h in outside.hits if h.path in ("/ana", "/bob")]  # noqa: E731
-            eventually(lambda: len(hook_hits()) >= 9, "three job events for each of ana and bob")
+            # ana made two jobs, bob one: three events each (queued, running, succeeded).
+            eventually(lambda: len(hook_hits()) >= 9, "the job events of ana's and bob's jobs")
+            time.sleep(1)  # nothing more may come
     finally:
         babbler.close()
     for delivery in failed:
         assert delivery["last_error"] in FAILURE_CLASSES, delivery
         assert SECRET not in str(delivery) and "INTERNAL" not in str(delivery)
+    owners = {"/ana": ana.split("_")[1], "/bob": bob.split("_")[1]}
     for hit in hook_hits():
         assert "cookie" not in hit.headers, hit  # never sent, though every answer set one
         assert hit.headers["user-agent"] == "scrapeflow-webhooks/1"
+        # A fetch or run job's events go to its own key's webhooks only.
+        assert json.loads(hit.body)["data"]["submitted_by"] == owners[hit.path]
+    assert sorted(h.path for h in hook_hits()) == ["/ana"] * 6 + ["/bob"] * 3
     assert banner.connections == 0
 
 

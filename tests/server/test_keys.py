@@ -176,10 +176,45 @@ def test_a_rotation_keeps_the_old_secret_for_the_overlap_only(service: Service) 
     assert rotated_by_cli.returncode != 0 and "no active key" in rotated_by_cli.stderr
 
 
+def test_a_rotation_ends_the_streams_of_the_secret_rotated_away(service: Service) -> None:
+    """A leaked secret's open streams end with it: at once without an overlap (the issue: a
+    stream outlived its key), at the overlap's end with one."""
+    with service.client("admin") as admin:
+        old, made = new_key(admin)
+        with httpx.Client(base_url=service.url, headers=bearer(old), timeout=30) as client:
+            ended: list[float] = []
+            with client.stream("GET", "/v1/customers/cust-1/events") as stream:
+                assert stream.status_code == 200
+
+                def read() -> None:
+                    for _ in stream.iter_raw():
+                        pass
+                    ended.append(time.monotonic())
+
+                reader = threading.Thread(target=read, daemon=True)
+                reader.start()
+                rotated = admin.post(f"/v1/keys/{made['id']}/rotate")
+                assert rotated.status_code == 200, rotated.text
+                done = time.monotonic()
+                reader.join(timeout=5)
+        assert ended, "the stream of the rotated-away secret never ended"
+        assert ended[0] - done < 1.0, f"it ended {ended[0] - done:.2f} s after"
+        assert admin.delete(f"/v1/keys/{made['id']}").status_code == 204
+
+
 def test_a_key_stops_at_its_expiry(service: Service) -> None:
     with service.client("admin") as admin:
         token, _ = new_key(admin, expires="2s")
-        for bad in ("yesterday", "2000-01-01T00:00:00Z", "2030-01-01T00:00:00", "99999999d"):
+        for bad in (
+            "yesterday",
+            "2000-01-01T00:00:00Z",
+            "2030-01-01T00:00:00",
+            "99999999d",
+            "9999999d",
+            "9999999w",
+            "9999-12-31T23:59:59-01:00",
+            "0001-01-01T00:00:00+01:00",
+        ):
             refused = admin.post("/v1/keys", json={"scopes": ["read"], "expires": bad})
             assert refused.status_code == 422, (bad, refused.text)
     url = f"{service.url}/v1/customers"

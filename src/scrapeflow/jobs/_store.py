@@ -238,13 +238,21 @@ class SqlJobStore:
         """Jobs stored before the customer column (their cost is empty) get the customer their
         params name, once: a restricted key's listing filters on it."""
         c = jobs_table.c
+        # Only bank jobs name a customer: the others are marked in one statement, without
+        # reading their params (a fetch or run job's may be a megabyte).
+        async with self.engine.begin() as connection:
+            await connection.execute(
+                update(jobs_table).where(c.cost.is_(None), c.kind.not_like("bank.%")).values(cost=1)
+            )
         while True:
             # Read, then write in a transaction of its own: on SQLite a transaction that read
             # and then writes is refused at once when another wrote meanwhile (no busy wait).
             async with self.engine.connect() as connection:
                 rows = (
                     await connection.execute(
-                        select(c.id, c.params).where(c.cost.is_(None)).limit(_FILL_BATCH)
+                        select(c.id, c.params)
+                        .where(c.cost.is_(None), c.kind.like("bank.%"))
+                        .limit(_FILL_BATCH)
                     )
                 ).all()
             if not rows:

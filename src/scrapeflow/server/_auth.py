@@ -20,6 +20,7 @@ import json
 from starlette.routing import Match
 from starlette.types import ASGIApp, Receive, Scope, Send
 
+from scrapeflow.db import connection_lost
 from scrapeflow.server._keys import ApiKey
 from scrapeflow.server._problems import PROBLEM_JSON, Problem
 from scrapeflow.server._state import ServiceState
@@ -102,6 +103,20 @@ class Authenticate:
             key = await authenticate(service, authorization, client_address(scope))
         except Problem as problem:
             await _answer(send, problem)
+            return
+        except Exception as exc:
+            # Outside the app's error handlers: the database away is told as they tell it.
+            if not connection_lost(exc):
+                raise
+            await _answer(
+                send,
+                Problem(
+                    503,
+                    "database-unavailable",
+                    "the database cannot be reached right now; try again shortly",
+                    headers={"Retry-After": "5"},
+                ),
+            )
             return
         remember(scope, key)
         await self.app(scope, receive, send)

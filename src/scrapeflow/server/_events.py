@@ -358,6 +358,8 @@ class EventLog:
                 "progress": job.progress,
                 "result": job.result,
                 "error": job.error,
+                # Whose job it is: a webhook of another key never hears of it (see Webhooks).
+                "submitted_by": job.submitted_by,
             },
             customer=str(customer) if customer is not None else None,
             job_id=job.id,

@@ -4,7 +4,8 @@ most requests and a revocation reaches every process within a second.
 * ``authenticate(token)``: the key, from a cache of at most :data:`CACHE_SECONDS` (then one
   query); a revocation or rotation made by this process drops its entries at once, one made by
   another process is seen when the entry is looked up again.
-* ``revoked_signal(key_id)``: an :class:`asyncio.Event` set when the key is revoked or expires,
+* ``revoked_signal(key_id, secret_sha256)``: an :class:`asyncio.Event` set when the key is
+  revoked or expires, or a rotation drops that secret,
   whichever process revoked it. While some signal of a key is held (an open event stream holds
   one), a watcher asks the database about those keys every :data:`POLL_SECONDS` (one query for
   all of them; none when no signal is held). Signals are held weakly: one nobody holds is
@@ -22,7 +23,7 @@ import time
 import weakref
 from datetime import UTC, datetime
 from types import TracebackType
-from typing import Self
+from typing import Any, Self
 
 from sqlalchemy import select, update
 from sqlalchemy.ext.asyncio import AsyncEngine
@@ -50,7 +51,8 @@ class KeyRing:
         self.engine = engine
         # sha256 of the whole token -> (key, monotonic time it was read): no token kept.
         self._cache: dict[str, tuple[ApiKey, float]] = {}
-        self._signals: weakref.WeakValueDictionary[str, asyncio.Event] = (
+        # (key id, the stored hash of the secret a stream was opened with) -> its signal.
+        self._signals: weakref.WeakValueDictionary[tuple[str, str], asyncio.Event] = (
             weakref.WeakValueDictionary()
         )
         self._used_written: dict[str, float] = {}
@@ -97,13 +99,16 @@ class KeyRing:
         self._used(key.id, now)
         return key
 
-    def revoked_signal(self, key_id: str) -> asyncio.Event:
-        """An event set once ``key_id`` is revoked or expired (within a second, whichever
-        process revoked it). Hold it as long as it matters: signals nobody holds are dropped."""
-        signal = self._signals.get(key_id)
+    def revoked_signal(self, key_id: str, secret_sha256: str = "") -> asyncio.Event:
+        """An event set once ``key_id`` is revoked or expired, or once a rotation's overlap has
+        ended (at once without one) for the secret ``secret_sha256`` (the stored hash of the
+        secret the holder was let in with, :attr:`ApiKey.secret_sha256`) — within a second,
+        whichever process did it. Hold it as long as it matters: signals nobody holds are
+        dropped."""
+        signal = self._signals.get((key_id, secret_sha256))
         if signal is None:
             signal = asyncio.Event()
-            self._signals[key_id] = signal
+            self._signals[key_id, secret_sha256] = signal
         return signal
 
     def forget(self, key_id: str, *, revoked: bool = False) -> None:
@@ -112,9 +117,9 @@ class KeyRing:
         for digest in [d for d, (key, _) in self._cache.items() if key.id == key_id]:
             del self._cache[digest]
         if revoked:
-            signal = self._signals.get(key_id)
-            if signal is not None:
-                signal.set()
+            for (watched, _), signal in list(self._signals.items()):
+                if watched == key_id:
+                    signal.set()
 
     def _used(self, key_id: str, now: float) -> None:
         written = self._used_written.get(key_id)
@@ -133,24 +138,40 @@ class KeyRing:
                 _log.warning("key ring could not read the keys", error=type(exc).__name__)
 
     async def _check_signals(self) -> None:
-        watched = [key_id for key_id, signal in self._signals.items() if not signal.is_set()]
+        held = [place for place, signal in self._signals.items() if not signal.is_set()]
+        watched = sorted({key_id for key_id, _ in held})
         if not watched:
             return
         k = keys_table.c
-        found: dict[str, tuple[bool, datetime | None]] = {}
+        found: dict[str, Any] = {}
         async with self.engine.connect() as connection:
             for start in range(0, len(watched), 500):
                 rows = await connection.execute(
-                    select(k.id, k.revoked, k.expires_at).where(
-                        k.id.in_(watched[start : start + 500])
-                    )
+                    select(
+                        k.id,
+                        k.revoked,
+                        k.expires_at,
+                        k.secret_sha256,
+                        k.previous_sha256,
+                        k.previous_until,
+                    ).where(k.id.in_(watched[start : start + 500]))
                 )
-                found.update({r.id: (bool(r.revoked), r.expires_at) for r in rows})
+                found.update({r.id: r for r in rows})
         now = datetime.now(UTC)
         for key_id in watched:
-            revoked, expires_at = found.get(key_id, (True, None))  # a deleted row: gone
-            if revoked or (expires_at is not None and expires_at <= now):
-                self.forget(key_id, revoked=True)
+            row = found.get(key_id)
+            if row is None or row.revoked or (row.expires_at and row.expires_at <= now):
+                self.forget(key_id, revoked=True)  # revoked, expired or deleted: gone
+        for key_id, secret in held:
+            row = found.get(key_id)
+            if row is None or not secret:
+                continue
+            overlapping = row.previous_until is not None and row.previous_until > now
+            valid = {row.secret_sha256} | ({row.previous_sha256} if overlapping else set())
+            if secret not in valid:  # rotated away, its overlap over
+                signal = self._signals.get((key_id, secret))
+                if signal is not None:
+                    signal.set()
 
     async def _write_last_used(self) -> None:
         pending, self._used_pending = self._used_pending, {}

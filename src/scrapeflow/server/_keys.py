@@ -30,7 +30,7 @@ import hmac
 import re
 import secrets
 from collections.abc import Iterable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 
 from sqlalchemy import JSON, Boolean, Column, MetaData, String, Table, insert, select, update
@@ -101,6 +101,9 @@ class ApiKey:
     """External ids of the customers it may touch; empty: all."""
     valid_until: datetime | None = None
     """When the secret it was shown with stops working (expiry, or a rotation's overlap)."""
+    secret_sha256: str = field(default="", repr=False, compare=False)
+    """The stored hash of the secret it was shown with: a rotation that drops that secret
+    ends what it opened (its event streams)."""
 
     def allows(self, scope: Scope) -> bool:
         """Whether the key has ``scope`` (``admin`` has every scope)."""
@@ -173,9 +176,15 @@ def parse_expiry(text: str, *, now: datetime | None = None) -> datetime:
             raise InputError(f"{text!r} is not an ISO 8601 time") from None
         if when.tzinfo is None:
             raise InputError(f"{text!r}: give the time's offset (Z or +01:00)")
-        when = when.astimezone(UTC)
+        try:
+            when = when.astimezone(UTC)
+        except OverflowError:  # year 1 or 9999 moved past the calendar's end by its offset
+            raise InputError("a key expires within ten years") from None
     else:
-        when = now + parse_duration(spoken)
+        lifetime = parse_duration(spoken)
+        if lifetime > _MAX_LIFETIME:  # checked before the sum, which may overflow
+            raise InputError("a key expires within ten years")
+        when = now + lifetime
     if when <= now:
         raise InputError(f"expiry {text!r} is not in the future")
     if when - now > _MAX_LIFETIME:
@@ -284,6 +293,7 @@ async def find_key(engine: AsyncEngine, token: str) -> ApiKey | None:
         frozenset(Scope(s) for s in row.scopes),
         frozenset(row.customers),
         until,
+        digest,
     )
 
 

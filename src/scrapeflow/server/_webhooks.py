@@ -51,7 +51,7 @@ from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
 from scrapeflow.db import UTCDateTime, create_tables
 from scrapeflow.server._events import EVENT_KINDS, Event
-from scrapeflow.server._keys import ApiKey, keys_table
+from scrapeflow.server._keys import ApiKey, Scope, keys_table
 
 if TYPE_CHECKING:
     from scrapeflow.banking import CredentialVault
@@ -304,11 +304,19 @@ class Webhooks:
     async def enqueue(self, connection: AsyncConnection, event: Event) -> None:
         """The event log's outbox hook: a pending delivery of ``event`` for each webhook that
         wants it, on the event's own connection and transaction. A key restricted to customers
-        gets only their events; a revoked or expired key's webhooks get nothing."""
+        gets only their events; the events of a job of no customer (a fetch or run job) go to
+        the webhooks of the key that made it and of unrestricted admin keys only; a revoked or
+        expired key's webhooks get nothing."""
         k = keys_table.c
         rows = (
             await connection.execute(
-                select(webhooks_table.c.id, webhooks_table.c.events, k.customers)
+                select(
+                    webhooks_table.c.id,
+                    webhooks_table.c.events,
+                    webhooks_table.c.key_id,
+                    k.customers,
+                    k.scopes,
+                )
                 .join(keys_table, k.id == webhooks_table.c.key_id)
                 .where(
                     k.revoked.is_(False),
@@ -316,11 +324,18 @@ class Webhooks:
                 )
             )
         ).all()
+        owner = event.data.get("submitted_by") if event.customer is None else None
         wanted = [
             row.id
             for row in rows
             if _wants(row.events or (), event.kind)
             and (not row.customers or event.customer in row.customers)
+            and (
+                event.customer is not None
+                or not event.kind.startswith("job.")
+                or row.key_id == owner
+                or Scope.ADMIN.value in (row.scopes or ())
+            )
         ]
         if not wanted:
             return

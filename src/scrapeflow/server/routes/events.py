@@ -15,7 +15,10 @@ starts). An idle stream holds no database connection. A stream that fails after 
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 from collections.abc import AsyncIterator
+from datetime import UTC, datetime
 from typing import Annotated
 
 from fastapi import APIRouter, Depends, Header, Query
@@ -99,6 +102,18 @@ async def _job_stream_slot(state: State, key: Reader) -> AsyncIterator[None]:
         yield
 
 
+async def _key_ends(revoked: asyncio.Event, key: ApiKey) -> None:
+    """Returns once the key may no longer read: revoked, or its secret's time is up (an
+    expiry, or the overlap of a rotation for a secret rotated away)."""
+    if key.valid_until is None:
+        await revoked.wait()
+        return
+    left = (key.valid_until - datetime.now(UTC)).total_seconds()
+    with contextlib.suppress(TimeoutError):
+        async with asyncio.timeout(max(left, 0.0)):
+            await revoked.wait()
+
+
 async def _events(
     state: State,
     key: ApiKey,
@@ -109,11 +124,13 @@ async def _events(
     job_id: str | None = None,
 ) -> AsyncIterator[ServerSentEvent]:
     """The stream's events until it ends, the client leaves or the key is revoked."""
-    revoked = state.keys.revoked_signal(key.id)  # held while the stream is: see KeyRing
+    # Held while the stream is (see KeyRing): set on a revocation, an expiry, or a rotation
+    # that drops the secret this stream was opened with.
+    revoked = state.keys.revoked_signal(key.id, key.secret_sha256)
     with metrics.streaming():
         try:
             async for event in state.events.stream(
-                start, customer=customer, job_id=job_id, until=revoked.wait()
+                start, customer=customer, job_id=job_id, until=_key_ends(revoked, key)
             ):
                 yield _sse(event)
         except Exception as exc:  # after the 200: the client is told, and stats count it
