@@ -209,10 +209,12 @@ def test_a_flood_of_streams_is_refused_past_the_cap_while_others_read_quickly(
         assert refusal["headers"]["content-type"] == "application/problem+json"
         assert int(refusal["headers"]["retry-after"]) >= 1
         assert json.loads(refusal["body"])["type"] == "too-many-streams"
-        # 250 ms; on a machine so busy that quiet reads take over 80 ms (tests in parallel),
-        # three times the quiet p99: the flood's own client and answers take CPU from the
-        # others too, whatever the service does.
-        bound = max(0.25, 3 * p99(quiet))
+        # What broke was a stall: reads timed out at 20 s once the streams ran the pool dry.
+        # The 250 ms is measured on a quiet machine by bench/abuse.py; here, beside
+        # another test worker on two cores, the flood's own client and answers take CPU from
+        # the readers whatever the service does (3x the quiet p99 failed at 360 ms against
+        # 355 in a full run), so the bound is a second, or five times the quiet p99.
+        bound = max(1.0, 5 * p99(quiet))
         assert p99(latencies) < bound, (bound, " ".join(str(round(x * 1000)) for x in latencies))
         # While the attacker holds its streams, it gets no more; once they end, it does.
         extra = await open_stream(service.url, "/v1/customers/cust-1/events", attacker)

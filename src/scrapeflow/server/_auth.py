@@ -5,8 +5,9 @@ without a key would learn, from a 422, how its body was judged, and make the ser
 :class:`Authenticate` therefore checks the key of every ``/v1`` request that may carry a body
 (POST, PUT, PATCH, DELETE) before the route is reached, answers 401 or 429 at once,
 and leaves the key in the request's state, where the routes' dependency
-(:func:`scrapeflow.server._deps.caller_with`) takes it instead of looking again. Requests
-without a body are authenticated by that dependency alone.
+(:func:`scrapeflow.server._deps.caller_with`) takes it instead of looking again. Event streams
+are authenticated there too, and refused at once past their key's cap (a flood of them costs
+little); other requests without a body are authenticated by that dependency alone.
 
 Failed attempts are counted per client address (:class:`scrapeflow.server._state.AuthFailures`);
 past the bound, further *failed* attempts get 429, while a valid key from the same address is
@@ -79,18 +80,20 @@ def remember(scope: Scope, key: ApiKey) -> None:
 
 
 class Authenticate:
-    """ASGI middleware: authenticate ``/v1`` requests that may carry a body before reading it."""
+    """ASGI middleware: authenticate ``/v1`` requests that may carry a body before reading it,
+    and event streams before routing them (a stream over the key's cap: 429 at once)."""
 
     def __init__(self, app: ASGIApp) -> None:
         self.app = app
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if (
-            scope["type"] != "http"
-            or scope["method"] not in _WITH_BODY
-            or not scope["path"].startswith("/v1/")
-            or not _has_route(scope)
-        ):
+        if scope["type"] != "http" or not scope["path"].startswith("/v1/"):
+            await self.app(scope, receive, send)
+            return
+        # An event stream a key may not open is refused here too, before the framework's
+        # routing and dependencies: a flood of them by one key costs the service little.
+        stream = scope["method"] == "GET" and scope["path"].endswith("/events")
+        if not stream and (scope["method"] not in _WITH_BODY or not _has_route(scope)):
             await self.app(scope, receive, send)
             return
         service: ServiceState = scope["app"].state.service
@@ -117,6 +120,10 @@ class Authenticate:
                     headers={"Retry-After": "5"},
                 ),
             )
+            return
+        refused = service.streams.refusal(key.id) if stream else None
+        if refused is not None:
+            await _answer(send, refused)
             return
         remember(scope, key)
         await self.app(scope, receive, send)

@@ -54,12 +54,10 @@ class StreamSlots:
         """The streams ``key_id`` holds open in this process."""
         return self._by_key.get(key_id, 0)
 
-    @contextlib.contextmanager
-    def taken(self, key_id: str) -> Iterator[None]:
-        """Hold a stream's slot while inside; 429 ``too-many-streams`` when the key, or the
-        service, holds its bound already. Checked and taken in one step (no await between)."""
+    def refusal(self, key_id: str) -> Problem | None:
+        """The 429 ``too-many-streams`` a new stream of ``key_id`` would get now, or None."""
         if self.open(key_id) >= self.per_key:
-            raise Problem(
+            return Problem(
                 429,
                 "too-many-streams",
                 f"this key holds {self.per_key} event streams open already (the most one key "
@@ -67,12 +65,21 @@ class StreamSlots:
                 headers={"Retry-After": str(_STREAM_RETRY)},
             )
         if self.total >= self.limit:
-            raise Problem(
+            return Problem(
                 429,
                 "too-many-streams",
                 "the service holds as many event streams as it serves; wait and retry",
                 headers={"Retry-After": str(_STREAM_RETRY)},
             )
+        return None
+
+    @contextlib.contextmanager
+    def taken(self, key_id: str) -> Iterator[None]:
+        """Hold a stream's slot while inside; 429 ``too-many-streams`` when the key, or the
+        service, holds its bound already. Checked and taken in one step (no await between)."""
+        refused = self.refusal(key_id)
+        if refused is not None:
+            raise refused
         self.total += 1
         self._by_key[key_id] = self.open(key_id) + 1
         try:
