@@ -46,6 +46,7 @@ import yarl
 from aiohttp.abc import AbstractResolver, ResolveResult
 
 from scrapeflow._util.redact import redact
+from scrapeflow.config import parse_egress_allow
 from scrapeflow.errors import ConnectionFailed, EgressBlocked, InputError
 
 if TYPE_CHECKING:
@@ -125,34 +126,6 @@ def address_class(ip: IPAddress) -> str | None:
     if not ip.is_global:  # whatever else IANA's special-purpose registries hold back
         return "reserved"
     return None
-
-
-def parse_egress_allow(items: Iterable[str]) -> tuple[str, ...]:
-    """The ``egress_allow`` entries, checked and normalised: CIDRs or addresses (``10.0.0.0/8``,
-    ``127.0.0.2``) and host names (``hooks.internal``, or ``.corp.example`` for every name
-    under it). Raises ``ValueError`` naming the first bad entry."""
-    entries: list[str] = []
-    for raw in items:
-        entry = raw.strip().lower()
-        entry = entry[:-1] if entry.endswith(".") and not entry.endswith("..") else entry
-        if not entry:
-            continue
-        try:
-            entries.append(str(ipaddress.ip_network(entry.strip("[]"), strict=False)))
-            continue
-        except ValueError:
-            pass
-        name = entry.removeprefix(".")
-        labels = name.split(".")
-        if (
-            not name
-            or len(name) > 253
-            or any(not label or len(label) > 63 for label in labels)
-            or not all(c.isalnum() or c in "-_" for label in labels for c in label)
-        ):
-            raise ValueError(f"{raw.strip()!r} is neither a CIDR nor a host name")
-        entries.append(entry)
-    return tuple(dict.fromkeys(entries))
 
 
 @dataclass(frozen=True)
