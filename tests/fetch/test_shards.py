@@ -29,10 +29,14 @@ from tests._servers import RunningSite
 BOUND = 120.0
 
 
-def fetch_kinds(jobs: FetchJobs, ran: list[str] | None = None) -> dict[str, Any]:
+def fetch_kinds(
+    jobs: FetchJobs, ran: list[str] | None = None, spread: asyncio.Event | None = None
+) -> dict[str, Any]:
     async def fetch(context: JobContext) -> dict[str, Any]:
         if ran is not None and "shards" not in context.params:
             ran.append(context.job.id)
+            if spread is not None:  # a shard waits until the other worker has taken one
+                await spread.wait()
         return await jobs.run_shards(context)
 
     return {FETCH_KIND: fetch}
@@ -87,16 +91,24 @@ async def pg_url() -> AsyncIterator[str]:
 async def test_the_shards_of_a_fetch_spread_over_procrastinate_workers(
     fetch_jobs: FetchJobs, slow_site: RunningSite, pg_url: str
 ) -> None:
-    # Pages of 20-60 ms: on the instant plain site a shard took milliseconds, and the worker
-    # waiting for them ran all four itself before the other's next poll (seen once in a run).
+    # The first shard taken waits until the other worker has taken one: on a busy machine the
+    # worker waiting for its shards ran all four before the other's first poll (twice in CI).
+    # Were the shards not open to both workers, the wait would end at the bound and fail.
     urls = [slow_site.page_url(n) for n in range(40)]
-    ran_a: list[str] = []
-    ran_b: list[str] = []
+    spread = asyncio.Event()
+
+    class Both(list[str]):
+        def append(self, job_id: str) -> None:
+            super().append(job_id)
+            if ran_a and ran_b:
+                spread.set()
+
+    ran_a, ran_b = Both(), Both()
     timings: dict[str, Any] = {"heartbeat": 0.5, "stalled_after": 2.0, "sweep_every": 1}
     timings |= {"poll": 0.2, "grace": 2.0, "concurrency": 1}
     async with (
-        ProcrastinateJobQueue(pg_url, fetch_kinds(fetch_jobs, ran_a), **timings) as a,
-        ProcrastinateJobQueue(pg_url, fetch_kinds(fetch_jobs, ran_b), **timings),
+        ProcrastinateJobQueue(pg_url, fetch_kinds(fetch_jobs, ran_a, spread), **timings) as a,
+        ProcrastinateJobQueue(pg_url, fetch_kinds(fetch_jobs, ran_b, spread), **timings),
     ):
         job = await a.submit(FETCH_KIND, {"urls": urls, "shards": 4, "concurrency": 2})
         async with asyncio.timeout(BOUND):

@@ -132,7 +132,10 @@ async def test_the_proxy_password_is_nowhere(
         done = await execute_async(
             [scrape], tmp_path / "run", login, proxy_provider=ProxyProviderFromList([good])
         )
-        async with HttpClient(config, proxy_provider=provider) as http:
+        # Its timeout is a long one: at 0.5 s a loaded machine timed the good proxy out once,
+        # and with all three set aside every task failed (the short one is for /hang below).
+        run_config = HttpConfig(timeout=10.0, retry=RetryPolicy(attempts=3, backoff=0.0), seed=1)
+        async with HttpClient(run_config, proxy_provider=provider) as http:
             done += await execute_async([scrape], tmp_path / "run", tasks, http=http)
             stats_text = json.dumps(http.stats.snapshot())
             reprs = [repr(s) for s in http._sessions] + [repr(provider), repr(http.proxy_pool)]
