@@ -12,7 +12,7 @@ from decimal import Decimal
 from ofxtools.Parser import OFXTree
 
 from scrapeflow.banking import AccountType, to_csv, to_json, to_ofx
-from scrapeflow.banking._directory import AccountView, MovementView
+from scrapeflow.banking._reads import AccountView, MovementView
 
 NOW = datetime(2026, 3, 2, 9, tzinfo=UTC)
 CHECKING = AccountView(

@@ -31,15 +31,9 @@ from __future__ import annotations
 from scrapeflow.banking import scrapers as _shipped_scrapers  # noqa: F401
 from scrapeflow.banking._directory import (
     MAX_PASSWORD,
-    AccessView,
-    AccountView,
-    MovementView,
-    accesses_of,
-    accounts_of,
     add_access,
     add_customer,
     find_customer,
-    movements_of,
     validate_customer_id,
     validate_customer_name,
     validate_login,
@@ -88,6 +82,18 @@ from scrapeflow.banking._models import (
     upsert_movements,
     validate_currency,
     validate_iban,
+)
+from scrapeflow.banking._reads import (
+    AccessView,
+    AccountView,
+    MovementPosition,
+    MovementView,
+    accesses_of,
+    accounts_of,
+    customer_status,
+    movement_page,
+    movement_position,
+    movements_of,
 )
 from scrapeflow.banking._registry import ENTRY_POINT_GROUP, get_scraper, register, scrapers
 from scrapeflow.banking._reports import AccessReport, LaunchLimits, LaunchReport
@@ -156,6 +162,7 @@ __all__ = [
     "MovementChange",
     "MovementChanges",
     "MovementKeys",
+    "MovementPosition",
     "MovementRecord",
     "MovementRemoval",
     "MovementView",
@@ -177,12 +184,15 @@ __all__ = [
     "add_customer",
     "bank_job_kinds",
     "compact",
+    "customer_status",
     "find_customer",
     "get_scraper",
     "launcher_from_settings",
     "migrate",
     "movement_changes",
     "movement_key",
+    "movement_page",
+    "movement_position",
     "movements_of",
     "otp_key",
     "parse_amount",

@@ -1,4 +1,5 @@
-"""Customers and their accesses: adding them, and reading back what was scraped.
+"""Customers and their accesses: adding them and finding them (what was scraped is read back
+in :mod:`scrapeflow.banking._reads`).
 
 These are the operations behind the CLI and the service. Passwords go in only through
 :func:`add_access`, straight into the vault; nothing here returns or prints one.
@@ -14,10 +15,6 @@ is at most :data:`MAX_PASSWORD` characters.
 from __future__ import annotations
 
 import unicodedata
-from collections.abc import Sequence
-from dataclasses import dataclass
-from datetime import date, datetime
-from decimal import Decimal
 
 from sqlalchemy import String, select
 from sqlalchemy.exc import IntegrityError
@@ -25,29 +22,19 @@ from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
 from scrapeflow.banking._models import (
     Access,
-    Account,
-    AccountType,
     Customer,
     FinancialEntity,
-    Movement,
 )
 from scrapeflow.banking._registry import get_scraper
-from scrapeflow.banking._results import ResultCode, ScrapeState
 from scrapeflow.banking._scraper import BasicScraper
 from scrapeflow.banking._vault import CredentialVault
 from scrapeflow.errors import InputError
 
 __all__ = [
     "MAX_PASSWORD",
-    "AccessView",
-    "AccountView",
-    "MovementView",
-    "accesses_of",
-    "accounts_of",
     "add_access",
     "add_customer",
     "find_customer",
-    "movements_of",
     "validate_customer_id",
     "validate_customer_name",
     "validate_login",
@@ -128,52 +115,6 @@ def validate_password(password: str) -> str:
             f"the password is {len(password)} characters long; the maximum is {MAX_PASSWORD}"
         )
     return password
-
-
-@dataclass(frozen=True, slots=True)
-class AccessView:
-    access_id: int
-    bank: str
-    login: str
-    state: ScrapeState
-    result: ResultCode | None
-    detail: str | None
-    accounts: int
-    movements: int
-    finished_at: datetime | None
-
-
-@dataclass(frozen=True, slots=True)
-class AccountView:
-    access_id: int
-    bank: str
-    bank_ref: str
-    iban: str | None
-    number: str | None
-    alias: str
-    type: AccountType
-    currency: str
-    balance: Decimal
-    updated_at: datetime
-
-    @property
-    def label(self) -> str:
-        return self.iban or self.number or self.bank_ref
-
-
-@dataclass(frozen=True, slots=True)
-class MovementView:
-    bank: str
-    account_ref: str
-    account: str
-    currency: str
-    key: str
-    operation_date: date
-    value_date: date
-    amount: Decimal
-    description: str
-    pending: bool
-    balance_after: Decimal | None
 
 
 async def add_customer(
@@ -260,101 +201,3 @@ async def _store_access(
             access.session_state = None
         await session.flush()
         return access.id
-
-
-async def accesses_of(
-    sessions: async_sessionmaker[AsyncSession], customer: int | str
-) -> list[AccessView]:
-    async with sessions() as session:
-        owner = await find_customer(session, customer)
-        rows = await session.execute(
-            select(Access, FinancialEntity.code)
-            .join(FinancialEntity, FinancialEntity.id == Access.entity_id)
-            .where(Access.customer_id == owner.id)
-            .order_by(Access.id)
-        )
-        return [
-            AccessView(
-                a.id,
-                code,
-                a.login,
-                a.scrape_state,
-                a.result_code,
-                a.result_detail,
-                a.accounts_count,
-                a.movements_count,
-                a.scrape_finished_at,
-            )
-            for a, code in rows.all()
-        ]
-
-
-async def accounts_of(
-    sessions: async_sessionmaker[AsyncSession], customer: int | str
-) -> list[AccountView]:
-    async with sessions() as session:
-        owner = await find_customer(session, customer)
-        rows = await session.execute(
-            select(Account, FinancialEntity.code)
-            .join(Access, Access.id == Account.access_id)
-            .join(FinancialEntity, FinancialEntity.id == Access.entity_id)
-            .where(Access.customer_id == owner.id)
-            .order_by(FinancialEntity.code, Account.bank_ref)
-        )
-        return [
-            AccountView(
-                a.access_id,
-                code,
-                a.bank_ref,
-                a.iban,
-                a.number,
-                a.alias,
-                a.type,
-                a.currency,
-                a.balance,
-                a.updated_at,
-            )
-            for a, code in rows.all()
-        ]
-
-
-async def movements_of(
-    sessions: async_sessionmaker[AsyncSession],
-    customer: int | str,
-    *,
-    accounts: Sequence[str] = (),
-    since: date | None = None,
-) -> list[MovementView]:
-    """The customer's movements, newest first; ``accounts`` filters by bank ref or IBAN."""
-    async with sessions() as session:
-        owner = await find_customer(session, customer)
-        query = (
-            select(Movement, Account, FinancialEntity.code)
-            .join(Account, Account.id == Movement.account_id)
-            .join(Access, Access.id == Account.access_id)
-            .join(FinancialEntity, FinancialEntity.id == Access.entity_id)
-            .where(Access.customer_id == owner.id)
-            .order_by(Movement.operation_date.desc(), Movement.id.desc())
-        )
-        if accounts:
-            compacted = ["".join(a.split()).upper() for a in accounts]  # "ES49 0182 …" too
-            query = query.where(Account.bank_ref.in_(list(accounts)) | Account.iban.in_(compacted))
-        if since is not None:
-            query = query.where(Movement.operation_date >= since)
-        rows = await session.execute(query)
-        return [
-            MovementView(
-                code,
-                a.bank_ref,
-                a.iban or a.number or a.bank_ref,
-                a.currency,
-                m.movement_key,
-                m.operation_date,
-                m.value_date,
-                m.amount,
-                m.description,
-                m.pending,
-                m.balance_after,
-            )
-            for m, a, code in rows.all()
-        ]

@@ -12,8 +12,8 @@ from decimal import Decimal
 from typing import Any
 from xml.etree import ElementTree as ET
 
-from scrapeflow.banking._directory import AccountView, MovementView
 from scrapeflow.banking._models import AccountType
+from scrapeflow.banking._reads import AccountView, MovementView
 
 __all__ = ["ACCOUNT_COLUMNS", "MOVEMENT_COLUMNS", "to_csv", "to_json", "to_ofx"]
 

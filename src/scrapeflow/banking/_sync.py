@@ -25,7 +25,7 @@ from typing import Any
 from sqlalchemy import Date, Select, and_, cast, literal, null, or_, select, union_all
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
-from scrapeflow.banking._directory import MovementView, find_customer
+from scrapeflow.banking._directory import find_customer
 from scrapeflow.banking._models import (
     Access,
     Account,
@@ -34,6 +34,7 @@ from scrapeflow.banking._models import (
     Movement,
     MovementRemoval,
 )
+from scrapeflow.banking._reads import MovementView
 from scrapeflow.errors import InputError
 
 __all__ = ["MovementChange", "MovementChanges", "RemovedMovement", "movement_changes"]

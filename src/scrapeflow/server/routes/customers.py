@@ -5,10 +5,11 @@ from __future__ import annotations
 
 import base64
 import binascii
+import contextlib
 import hashlib
 import json
 import re
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Iterator
 from datetime import date
 from typing import TYPE_CHECKING, Annotated
 
@@ -16,7 +17,7 @@ from fastapi import APIRouter, Depends, Path, Query
 from fastapi.responses import JSONResponse
 from pydantic import BeforeValidator
 
-from scrapeflow.banking import BANK_OTP, BANK_REFRESH, otp_key, refresh_key
+from scrapeflow.banking import BANK_OTP, BANK_REFRESH, movement_position, otp_key, refresh_key
 from scrapeflow.jobs import Job
 from scrapeflow.server._deps import State, caller_with, check_customer
 from scrapeflow.server._keys import ApiKey, Scope
@@ -35,14 +36,16 @@ from scrapeflow.server._schemas import (
 )
 
 if TYPE_CHECKING:
-    from scrapeflow.banking import AccessView, MovementView
+    from scrapeflow.banking import AccessView
 
 __all__ = [
     "CustomerReader",
+    "CustomerViewer",
     "accounts",
     "add_access",
     "add_customer",
     "canonical_customer_id",
+    "customer_read",
     "get_customer",
     "known_customer",
     "list_customers",
@@ -69,9 +72,10 @@ Admin = Annotated[ApiKey, Depends(caller_with(Scope.ADMIN))]
 CustomerId = Annotated[str, "the customer's external id"]
 
 
-def _for_customer(scope: Scope) -> Callable[..., Awaitable[ApiKey]]:
+def _for_customer(scope: Scope, *, look_up: bool = True) -> Callable[..., Awaitable[ApiKey]]:
     """A dependency: the caller's key, allowed ``scope`` and the path's customer, which must
-    exist. Checked before the body is read, so a caller learns nothing from validation."""
+    exist (``look_up``; a route whose own read finds the customer, or 404s, skips the lookup).
+    Checked before the body is read, so a caller learns nothing from validation."""
     authenticate = caller_with(scope)
 
     # A default, not an annotation: annotations are strings here, and a closure's local
@@ -83,7 +87,8 @@ def _for_customer(scope: Scope) -> Callable[..., Awaitable[ApiKey]]:
     ) -> ApiKey:
         canonical_customer_id(customer)
         check_customer(key, customer)
-        await known_customer(state, customer)
+        if look_up:
+            await known_customer(state, customer)
         return key
 
     return dependency
@@ -92,6 +97,8 @@ def _for_customer(scope: Scope) -> Callable[..., Awaitable[ApiKey]]:
 CustomerReader = Annotated[ApiKey, Depends(_for_customer(Scope.READ))]
 CustomerRefresher = Annotated[ApiKey, Depends(_for_customer(Scope.REFRESH))]
 CustomerAdmin = Annotated[ApiKey, Depends(_for_customer(Scope.ADMIN))]
+CustomerViewer = Annotated[ApiKey, Depends(_for_customer(Scope.READ, look_up=False))]
+"""A reader of the customer whose route's read finds it (see :func:`customer_read`)."""
 
 
 def canonical_customer_id(customer: str) -> None:
@@ -110,6 +117,17 @@ def canonical_customer_id(customer: str) -> None:
             "invalid-request",
             "path.customer: not a customer id as stored (NFC, no surrounding spaces)",
         )
+
+
+@contextlib.contextmanager
+def customer_read(customer: str) -> Iterator[None]:
+    """Around a read that finds its customer: "no customer" is 404 ``customer-not-found``."""
+    from scrapeflow.errors import InputError
+
+    try:
+        yield
+    except InputError:
+        raise Problem(404, "customer-not-found", f"no customer {customer!r}") from None
 
 
 async def known_customer(state: State, customer: str) -> None:
@@ -252,19 +270,15 @@ async def refresh(customer: CustomerId, state: State, key: CustomerRefresher) ->
 
 
 @router.get("/{customer}/status", response_model=CustomerStatus)
-async def status(customer: CustomerId, state: State, key: CustomerReader) -> CustomerStatus:
+async def status(customer: CustomerId, state: State, key: CustomerViewer) -> CustomerStatus:
     """Per access: state, last result code and counts; and the customer's "all updated" flag,
     true once no refresh is queued or running and every access has ended."""
-    from scrapeflow.banking import ScrapeState, accesses_of, find_customer
+    from scrapeflow.banking import ScrapeState, customer_status
 
-    # Accesses first: a launch claims the customer before its accesses and the watchdog frees
-    # both at once, so a customer read after its accesses is never older than they are (read
-    # the other way round, a reset landing in between showed idle accesses of a customer still
-    # in progress).
-    accesses = await accesses_of(state.sessions, customer)
-    async with state.sessions() as session:
-        row = await find_customer(session, customer)
-        customer_state = ScrapeState(row.scrape_state)
+    # The customer and its accesses in one read: a launch claims the customer before its
+    # accesses and the watchdog frees both at once, so they are never seen half-updated.
+    with customer_read(customer):
+        customer_state, accesses = await customer_status(state.sessions, customer)
     job = await _active_refresh(state, customer)
     busy = job is not None or any(a.state is ScrapeState.IN_PROGRESS for a in accesses)
     return CustomerStatus(
@@ -291,10 +305,12 @@ def _access_out(a: AccessView) -> AccessOut:
 
 
 @router.get("/{customer}/accounts", response_model=list[AccountOut])
-async def accounts(customer: CustomerId, state: State, key: CustomerReader) -> list[AccountOut]:
+async def accounts(customer: CustomerId, state: State, key: CustomerViewer) -> list[AccountOut]:
     """The customer's accounts and balances (money as decimal strings)."""
     from scrapeflow.banking import accounts_of
 
+    with customer_read(customer):
+        found = await accounts_of(state.sessions, customer)
     return [
         AccountOut(
             access_id=a.access_id,
@@ -308,7 +324,7 @@ async def accounts(customer: CustomerId, state: State, key: CustomerReader) -> l
             balance=a.balance,
             updated_at=a.updated_at,
         )
-        for a in await accounts_of(state.sessions, customer)
+        for a in found
     ]
 
 
@@ -316,7 +332,7 @@ async def accounts(customer: CustomerId, state: State, key: CustomerReader) -> l
 async def movements(
     customer: CustomerId,
     state: State,
-    key: CustomerReader,
+    key: CustomerViewer,
     since: Annotated[
         date | None, BeforeValidator(_iso_date), Query(description="operated on or after")
     ] = None,
@@ -328,20 +344,22 @@ async def movements(
     cursor: Annotated[str | None, Query(max_length=512)] = None,
 ) -> MovementPage:
     """The customer's movements, newest first, a page at a time (``next_cursor``)."""
-    from scrapeflow.banking import movements_of
+    from scrapeflow.banking import movement_page
 
     if since and until and since > until:
         raise Problem(422, "invalid-request", "since is after until")
     after = _decode_cursor(cursor, customer) if cursor else None
-    found = await movements_of(state.sessions, customer, accounts=account or (), since=since)
-    ordered = sorted(
-        (m for m in found if until is None or m.operation_date <= until),
-        key=_position,
-    )
-    if after is not None:
-        ordered = [m for m in ordered if _position(m) > after]
-    page = ordered[:limit]
-    more = len(ordered) > limit
+    with customer_read(customer):
+        found = await movement_page(
+            state.sessions,
+            customer,
+            limit=limit + 1,
+            after=after,
+            accounts=account or (),
+            since=since,
+            until=until,
+        )
+    page, more = found[:limit], len(found) > limit
     return MovementPage(
         movements=[
             MovementOut(
@@ -359,13 +377,8 @@ async def movements(
             )
             for m in page
         ],
-        next_cursor=_encode_cursor(_position(page[-1]), customer) if more and page else None,
+        next_cursor=_encode_cursor(movement_position(page[-1]), customer) if more else None,
     )
-
-
-def _position(movement: MovementView) -> tuple[int, str, str]:
-    """Where a movement sits in the order of the pages: newest day first, then account, key."""
-    return (-movement.operation_date.toordinal(), movement.account_ref, movement.key)
 
 
 def _encode_cursor(position: tuple[int, str, str], customer: str) -> str:
