@@ -14,9 +14,10 @@ Method:
   gives each customer an access at every bank: three times the scraping for the same API
   load, which this service cannot finish in a bounded run on 2 cores: see ``--quick`` first);
 * the real ``scrapeflow serve`` runs as a subprocess on port 0 (``SCRAPEFLOW_SCHEDULE=off``,
-  ``SCRAPEFLOW_JOB_CONCURRENCY`` = ``--job-concurrency``, default the number of clients, so a
-  refresh never waits in the job queue behind the others: each client has at most one refresh
-  running, and the time to balances is then the service's own, not a queue's);
+  ``SCRAPEFLOW_REFRESH_CONCURRENCY`` = ``--job-concurrency``, default the number of clients, so
+  a refresh never waits in the job queue behind the others: each client has at most one refresh
+  running, and the time to balances is then the service's own, not a queue's; the one API key,
+  a UI backend's, may hold a stream per client: ``SCRAPEFLOW_MAX_STREAMS_PER_KEY``);
 * the API clients run in ``--client-processes`` processes (default 1) of asyncio + aiohttp.
   Each client takes the next customer and: opens its event stream
   (``GET /v1/customers/{id}/events``), ``POST …/refresh``, polls ``GET …/status`` every
@@ -557,6 +558,9 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
                 "SCRAPEFLOW_JOBS_DIR": str(workdir / "jobs"),
                 "SCRAPEFLOW_SCHEDULE": "off",
                 "SCRAPEFLOW_JOB_CONCURRENCY": str(args.job_concurrency),
+                "SCRAPEFLOW_REFRESH_CONCURRENCY": str(args.job_concurrency),
+                # One key, the UI backend's, streams for every client at once.
+                "SCRAPEFLOW_MAX_STREAMS_PER_KEY": str(max(20, args.clients)),
                 "SCRAPEFLOW_OVERALL": str(args.overall),
                 "SCRAPEFLOW_PER_BANK": str(args.per_bank),
                 "PYTHONUNBUFFERED": "1",
