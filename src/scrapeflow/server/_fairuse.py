@@ -4,8 +4,8 @@ others (docs/security.md, "limits").
 * :class:`StreamSlots`: open event streams, per key (``max_streams_per_key``) and in all
   (``max_streams``). A stream takes its slot before its answer starts and gives it back when it
   ends; past either bound the request is refused, 429 ``too-many-streams`` with
-  ``Retry-After``. The count is this process's: with ``serve --processes N`` each process
-  holds its own (a key may hold N times its bound over the whole service).
+  ``Retry-After``. The count is this process's: with several ``serve`` processes each holds
+  its own (a key may hold N times its bound over N processes).
 * :class:`JobQuota`: queued and running fetch and run jobs per key (``max_jobs_per_key``),
   counted in the database (every process sees the same), a job with parts counting its parts
   too; past it, 429 ``too-many-jobs`` with ``Retry-After``. Submissions of one key take turns
