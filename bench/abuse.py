@@ -414,6 +414,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
                 for name, start in schedule:
                     time.sleep(max(0.0, start - time.time()))
                     cpu_before = cpu_seconds_of(service.pid)
+                    attacker_before = cpu_seconds_of(attacker.pid)
                     peak_rss, peak_connections = 0.0, 0
                     while time.time() < start + args.phase:
                         peak_rss = max(peak_rss, svc.vm_field(service.pid, "VmRSS"))
@@ -425,6 +426,9 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
                         "rss_mb": round(peak_rss, 1),
                         "connections": peak_connections,
                         "cpu_seconds": round(cpu_seconds_of(service.pid) - cpu_before, 2),
+                        "attacker_cpu_seconds": round(
+                            cpu_seconds_of(attacker.pid) - attacker_before, 2
+                        ),
                     }
                     print(f"  {name}: done", flush=True)
                 seen = json.loads(svc.read_line(honest, args.phase + 60, "the honest clients"))
@@ -497,7 +501,7 @@ def print_table(out: dict[str, Any]) -> None:
     print(f"\n{out['goal']}")
     print(
         f"{'phase':<13}{'reqs':>6}{'errs':>6}{'p50 ms':>9}{'p95 ms':>9}{'p99 ms':>9}"
-        f"{'x quiet':>9}{'RSS MB':>8}{'conns':>7}{'cpu s':>7}  attacker got"
+        f"{'x quiet':>9}{'RSS MB':>8}{'conns':>7}{'cpu s':>7}{'att. cpu':>9}  attacker got"
     )
     for name, p in out["phases"].items():
         print(
@@ -505,6 +509,7 @@ def print_table(out: dict[str, Any]) -> None:
             f"{p['read_p50_ms'] or 0:>9.1f}{p['read_p95_ms'] or 0:>9.1f}"
             f"{p['read_p99_ms'] or 0:>9.1f}{p['p95_vs_quiet'] or 0:>9.2f}"
             f"{p.get('rss_mb', 0):>8.0f}{p.get('connections', 0):>7}{p.get('cpu_seconds', 0):>7.1f}"
+            f"{p.get('attacker_cpu_seconds', 0):>9.1f}"
             f"  {p['attacker']}"
         )
 

@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import asyncio
+import itertools
+import time
 from pathlib import Path
 
 import httpx
@@ -129,6 +132,66 @@ def test_repeated_failures_from_one_address_are_slowed_down(service: Service) ->
     # clients) is let through (the secrets are 256 random bits: nobody guesses one)
     with service.client("read") as right:
         assert right.get("/v1/jobs").status_code == 200
+
+
+def test_guessing_from_many_addresses_is_answered_slowly_and_a_valid_key_is_not(
+    service: Service,
+) -> None:
+    """Past 50 failed attempts in a second from every address together (bad keys from rotating
+    addresses: the per-address bound never trips), each further failure's answer is held a
+    second; a valid key sent at the same moment is answered first."""
+    host, port = service.url.removeprefix("http://").rsplit(":", 1)
+    valid = service.key("read")
+
+    async def attempt(token: str, source: str) -> tuple[int, float]:
+        started = time.monotonic()
+        reader, writer = await asyncio.open_connection(host, int(port), local_addr=(source, 0))
+        writer.write(
+            f"GET /v1/jobs HTTP/1.1\r\nHost: s\r\nConnection: close\r\n"
+            f"Authorization: Bearer {token}\r\n\r\n".encode()
+        )
+        status = int((await reader.readline()).split()[1])
+        writer.close()
+        return status, time.monotonic() - started
+
+    async def guessing(answers: list[tuple[int, float]]) -> None:
+        """Bad keys from rotating addresses, 50 every 0.25 s (200 a second), not waiting for
+        their answers (held answers must not slow the guessing down), without end."""
+        running: set[asyncio.Task[None]] = set()
+
+        async def one(wave: int, n: int) -> None:
+            source = f"127.{1 + wave % 250}.{wave // 250}.{1 + n}"
+            answers.append(await attempt(f"sf_{wave:06x}{n:06x}_bad", source))
+
+        try:
+            for wave in itertools.count():
+                for n in range(50):
+                    task = asyncio.create_task(one(wave, n))
+                    running.add(task)
+                    task.add_done_callback(running.discard)
+                await asyncio.sleep(0.25)
+        finally:
+            for task in list(running):
+                task.cancel()
+
+    async def scenario() -> None:
+        answers: list[tuple[int, float]] = []
+        guesser = asyncio.ensure_future(guessing(answers))
+        try:
+            async with asyncio.timeout(30):  # until answers are held: failures are busy
+                while not any(took >= 0.9 for _, took in answers):
+                    await asyncio.sleep(0.05)
+            bad = asyncio.ensure_future(attempt("sf_ffffffffffff_bad", "127.0.9.9"))
+            good = asyncio.ensure_future(attempt(valid, "127.0.9.9"))  # the same address
+            done, _ = await asyncio.wait({bad, good}, return_when=asyncio.FIRST_COMPLETED)
+            assert done == {good} and good.result()[0] == 200
+            status, took = await bad
+            assert status == 401 and took >= 0.9
+        finally:
+            guesser.cancel()
+        assert {status for status, _ in answers} == {401}  # each address failed once
+
+    asyncio.run(scenario())
 
 
 def test_a_restricted_key_sees_only_its_customers_refreshes(service: Service) -> None:

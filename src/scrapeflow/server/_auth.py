@@ -6,17 +6,22 @@ without a key would learn, from a 422, how its body was judged, and make the ser
 (POST, PUT, PATCH, DELETE) before the route is reached, answers 401 or 429 at once,
 and leaves the key in the request's state, where the routes' dependency
 (:func:`scrapeflow.server._deps.caller_with`) takes it instead of looking again. Event streams
-are authenticated there too, and refused at once past their key's cap (a flood of them costs
-little); other requests without a body are authenticated by that dependency alone.
+are authenticated there too, and refused before routing past their key's cap (a key that
+keeps asking has its refusals held for their ``Retry-After``); other requests without a body
+are authenticated by that dependency alone.
 
 Failed attempts are counted per client address (:class:`scrapeflow.server._state.AuthFailures`);
 past the bound, further *failed* attempts get 429, while a valid key from the same address is
-always let through.
+always let through. While failures come fast from everywhere (more than
+:data:`~scrapeflow.server._state.BUSY_FAILURES` in the last second: guessing from many
+addresses), each failed attempt's answer is held one to two :data:`FAILED_HOLD` seconds: a guesser's
+connections wait, a valid key never does.
 """
 
 from __future__ import annotations
 
 import json
+import random
 
 from starlette.routing import Match
 from starlette.types import ASGIApp, Receive, Scope, Send
@@ -26,7 +31,10 @@ from scrapeflow.server._keys import ApiKey
 from scrapeflow.server._problems import PROBLEM_JSON, Problem
 from scrapeflow.server._state import ServiceState
 
-__all__ = ["Authenticate", "authenticate"]
+__all__ = ["FAILED_HOLD", "Authenticate", "authenticate"]
+
+FAILED_HOLD = 1.0
+"""Seconds a failed attempt's answer is held while failures come fast from everywhere."""
 
 _STATE_KEY = "api_key"
 _WITH_BODY = frozenset({"POST", "PUT", "PATCH", "DELETE"})
@@ -45,6 +53,8 @@ async def authenticate(state: ServiceState, authorization: str, address: str) ->
         return key
     wait = state.failures.retry_after(address)
     state.failures.failed(address)
+    if state.failures.busy():  # spread: held answers given at once come back at once
+        await state.streams.tarpit.hold(FAILED_HOLD * (1 + random.random()))
     if wait:
         raise Problem(
             429,
@@ -123,6 +133,7 @@ class Authenticate:
             return
         refused = service.streams.refusal(key.id) if stream else None
         if refused is not None:
+            await service.streams.refused(key.id)  # held when the key keeps asking
             await _answer(send, refused)
             return
         remember(scope, key)

@@ -5,7 +5,14 @@ others (docs/security.md, "limits").
   (``max_streams``). A stream takes its slot before its answer starts and gives it back when it
   ends; past either bound the request is refused, 429 ``too-many-streams`` with
   ``Retry-After``. The count is this process's: with several ``serve`` processes each holds
-  its own (a key may hold N times its bound over N processes).
+  its own (a key may hold N times its bound over N processes). A key that keeps asking past
+  its bound (more refusals within :data:`_ASKING_WINDOW` seconds than its bound) has its
+  further refusals held for their ``Retry-After`` before they are sent (:class:`Tarpit`).
+* :class:`Tarpit`: answers held back, costing a timer each instead of the CPU of a client
+  asking again at once. A flood's connections wait for their answers; an asyncio server
+  otherwise answers every one of them, hundreds a second, on the core honest clients share,
+  and they queue behind the flood. Bounded: past :data:`_MAX_HELD` held answers, the next
+  ones go out at once.
 * :class:`JobQuota`: queued and running fetch and run jobs per key (``max_jobs_per_key``),
   counted in the database (every process sees the same), a job with parts counting its parts
   too; past it, 429 ``too-many-jobs`` with ``Retry-After``. Submissions of one key take turns
@@ -16,16 +23,46 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import random
+import time
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
 
 from scrapeflow.server._problems import Problem
 
-__all__ = ["JobQuota", "StreamSlots"]
+__all__ = ["JobQuota", "StreamSlots", "Tarpit"]
 
 _STREAM_RETRY = 5
 """Seconds a client refused a stream is told to wait (streams end when clients leave)."""
+_ASKING_WINDOW = 10.0
+"""Seconds over which a key's refused streams are counted, to tell a flood from a mistake."""
+_MAX_HELD = 10_000
+"""Answers held at once, in all; past it they go out at once."""
 _JOBS_RETRY = 10
 """Seconds a client over its job quota is told to wait (jobs end as they run)."""
+
+
+class Tarpit:
+    """Answers held back before they are sent, at most :data:`_MAX_HELD` at once.
+
+    >>> tarpit = Tarpit()
+    >>> asyncio.run(tarpit.hold(0.01)), tarpit.held
+    (True, 0)
+    """
+
+    def __init__(self, most: int = _MAX_HELD) -> None:
+        self.most = most
+        self.held = 0
+
+    async def hold(self, seconds: float) -> bool:
+        """Wait ``seconds``; False at once when :attr:`most` answers are held already."""
+        if self.held >= self.most:
+            return False
+        self.held += 1
+        try:
+            await asyncio.sleep(seconds)
+        finally:
+            self.held -= 1
+        return True
 
 
 class StreamSlots:
@@ -44,11 +81,13 @@ class StreamSlots:
     scrapeflow.server._problems.Problem: this key holds 1 event streams open already ...
     """
 
-    def __init__(self, *, per_key: int, total: int) -> None:
+    def __init__(self, *, per_key: int, total: int, tarpit: Tarpit | None = None) -> None:
         self.per_key = per_key
         self.limit = total
         self.total = 0
+        self.tarpit = tarpit or Tarpit()
         self._by_key: dict[str, int] = {}
+        self._refused: dict[str, tuple[float, int]] = {}  # key id: (window start, refusals)
 
     def open(self, key_id: str) -> int:
         """The streams ``key_id`` holds open in this process."""
@@ -72,6 +111,22 @@ class StreamSlots:
                 headers={"Retry-After": str(_STREAM_RETRY)},
             )
         return None
+
+    async def refused(self, key_id: str) -> None:
+        """Before a refusal of ``key_id``'s stream is sent: held for its ``Retry-After`` when
+        the key keeps asking (more than its bound of refusals in :data:`_ASKING_WINDOW`
+        seconds), else at once."""
+        now = time.monotonic()
+        start, count = self._refused.get(key_id, (now, 0))
+        if now - start > _ASKING_WINDOW:
+            start, count = now, 0
+        if len(self._refused) >= _MAX_HELD and key_id not in self._refused:
+            self._refused.clear()  # a bound on the bookkeeping: every window starts again
+        self._refused[key_id] = (start, count + 1)
+        if count >= self.per_key:
+            # Spread over one to two Retry-Afters: held for one exactly, a flood's connections
+            # were all answered in the same instant and all asked again in the next one.
+            await self.tarpit.hold(_STREAM_RETRY * (1 + random.random()))
 
     @contextlib.contextmanager
     def taken(self, key_id: str) -> Iterator[None]:

@@ -17,7 +17,11 @@ from scrapeflow.server._fairuse import JobQuota, StreamSlots
 from scrapeflow.server._keyring import KeyRing
 from scrapeflow.server._webhooks import Webhooks
 
-__all__ = ["AuthFailures", "ServiceState"]
+__all__ = ["BUSY_FAILURES", "AuthFailures", "ServiceState"]
+
+BUSY_FAILURES = 50
+"""Failed attempts in the last second, from every address together, past which failures are
+answered slowly (see :mod:`scrapeflow.server._auth`)."""
 
 
 class AuthFailures:
@@ -38,6 +42,7 @@ class AuthFailures:
         self.window = window
         self.max_addresses = max_addresses
         self._seen: OrderedDict[str, deque[float]] = OrderedDict()
+        self._recent: deque[float] = deque(maxlen=BUSY_FAILURES + 1)  # every address's
 
     def __len__(self) -> int:
         return len(self._seen)
@@ -66,7 +71,15 @@ class AuthFailures:
                 self._seen.popitem(last=False)
         else:
             self._seen.move_to_end(address)
-        seen.append(time.monotonic())
+        now = time.monotonic()
+        seen.append(now)
+        self._recent.append(now)
+
+    def busy(self) -> bool:
+        """Whether more than :data:`BUSY_FAILURES` attempts failed in the last second, from
+        every address together."""
+        recent = self._recent
+        return len(recent) > BUSY_FAILURES and recent[0] > time.monotonic() - 1.0
 
 
 @dataclass
