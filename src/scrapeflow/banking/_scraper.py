@@ -352,14 +352,31 @@ class BasicScraper(abc.ABC):
             try:
                 await self.login()
             except (AccessFailed, ConnectionFailed, FetchTimeout) as exc:
-                down = not isinstance(exc, AccessFailed) or exc.code == ResultCode.BANK_UNAVAILABLE
-                if not down or attempt == self.login_attempts:
+                if not _bank_down(exc) or attempt == self.login_attempts:
                     raise
                 self.log.info("login failed, starting over", error=type(exc).__name__)
                 await asyncio.sleep(0.5 * attempt)
             else:
                 self._login_generation += 1
                 return
+
+    async def again_while_down(self, step: Callable[[], Awaitable[T]], *, attempts: int = 4) -> T:
+        """Run ``step``, and run it again in the same session while the bank is down for a
+        moment (a 5xx, a dropped connection, a timeout), ``attempts`` times in all; the last
+        failure is raised. For a step a restarted login would lose: the one-time code the
+        person typed is sent to the session that asked for it, and a new login would make the
+        bank send another (a 503 on that one request cost the person their code). A step the
+        bank may have carried out before the failure is sent again: a code then reads as used
+        or wrong, which the scraper reports as it would any refused code."""
+        for attempt in range(1, attempts + 1):
+            try:
+                return await step()
+            except (AccessFailed, ConnectionFailed, FetchTimeout) as exc:
+                if not _bank_down(exc) or attempt == attempts:
+                    raise
+                self.log.info("bank down for a moment, sending again", error=type(exc).__name__)
+                await asyncio.sleep(0.5 * attempt)
+        raise AssertionError("unreachable")
 
     async def in_session(self, step: Callable[[], Awaitable[T]]) -> T:
         """Run ``step``; when it raises :class:`SessionExpired`, log in again and rerun it.
@@ -512,3 +529,8 @@ def _result_of_leaf(exc: BaseException) -> tuple[ResultCode, str]:
     if isinstance(exc, SessionExpired):
         return ResultCode.BANK_UNAVAILABLE, f"session expired: {exc}"
     return ResultCode.UNKNOWN, f"{type(exc).__name__}: {str(exc)[:300]}"
+
+
+def _bank_down(exc: Exception) -> bool:
+    """Whether ``exc`` says the bank (or the way to it) failed for a moment, not the access."""
+    return not isinstance(exc, AccessFailed) or exc.code == ResultCode.BANK_UNAVAILABLE

@@ -141,9 +141,13 @@ class LegacyBankScraper(BasicScraper):
         self.fail(ResultCode.UNKNOWN, error or warning or f"the login ended at {path}")
 
     async def _post_code(self) -> Response:
-        """Send the customer's one-time code to the session waiting for it."""
+        """Send the customer's one-time code to the session waiting for it, again while the
+        bank is down for a moment; counted as sent once the bank has answered it (a login
+        started over after a failure here sends it to the pending session again)."""
+        code = (self.context.otp or "").strip()
+        response = await self.again_while_down(lambda: self.post("/otp.jsp", data={"codigo": code}))
         self._otp_posted = True
-        return await self.post("/otp.jsp", data={"codigo": (self.context.otp or "").strip()})
+        return response
 
     async def _after_code(self, response: Response) -> None:
         """Where posting the code led: signed in, the code refused, or the login ended."""
