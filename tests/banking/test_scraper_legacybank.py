@@ -74,6 +74,35 @@ async def test_long_window_reads_every_page(sandbox: Sandbox, sqlite_url: str) -
     assert compared == result.movements
 
 
+async def test_a_description_is_stored_as_the_bank_wrote_it(
+    sandbox: Sandbox, sqlite_url: str
+) -> None:
+    """A pending card payment reads "PAGO PENDIENTE " and the merchant's first 12 letters,
+    which may end in a space: stored with it (it was stripped, and 4 movements in every run
+    differed from the bank's)."""
+    today = await harness.sandbox_today(sandbox, BANK)
+    for n in (n for n in range(1, 400) if n % 4 != 2 and n % 97 != 13):
+        cred = await harness.credentials(sandbox, BANK, n)
+        expected = await harness.truth(sandbox, BANK, cred["username"], since=today)
+        spaced = [
+            w["description"]
+            for rows in expected["movements"].values()
+            for w in rows
+            if w["description"].endswith(" ")
+        ]
+        if spaced:
+            break
+    else:
+        raise AssertionError("no customer of the sandbox has such a description")
+    access_id, cred = await _access(sandbox, sqlite_url, n)
+    result = await _scrape(sandbox, sqlite_url, access_id, cred)
+    assert (result.code, result.detail) == (ResultCode.SUCCESS, "")
+    accounts, movements = await harness.stored(sqlite_url, access_id)
+    stored = {m.description for rows in movements.values() for m in rows}
+    assert set(spaced) <= stored
+    harness.assert_exact(accounts, movements, expected, since=today)
+
+
 # -- two-factor ---------------------------------------------------------------------------------
 
 

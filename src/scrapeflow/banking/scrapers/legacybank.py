@@ -313,7 +313,10 @@ class LegacyBankScraper(BasicScraper):
 
 
 def _concept(node: LexborNode | None) -> str:
-    return "" if node is None else (node.text(deep=True) or "").strip()
+    """A movement's description as the bank wrote it, spaces included (``PAGO PENDIENTE `` and
+    a merchant cut at 12 letters may end in one); only line breaks and tabs around it, the
+    page's layout, are not the bank's words."""
+    return "" if node is None else (node.text(deep=True) or "").strip("\r\n\t")
 
 
 def _balance(text: str) -> Decimal | None:
