@@ -33,7 +33,7 @@ def test_a_customer_added_through_the_api_is_refreshed_and_resumed_with_its_code
     with service.client("admin") as client:
         made = client.post("/v1/customers", json={"id": "ana", "name": "Ana"})
         assert made.status_code == 201, made.text
-        assert made.json() == {"id": "ana", "name": "Ana", "state": "idle"}
+        assert made.json() == {"id": "ana", "name": "Ana", "state": "idle", "outcome": None}
         assert client.post("/v1/customers", json={"id": "ana"}).status_code == 409
         bad = client.post("/v1/customers", json={"id": "a\nb"})
         assert bad.status_code == 422

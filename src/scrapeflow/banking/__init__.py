@@ -86,18 +86,27 @@ from scrapeflow.banking._models import (
 from scrapeflow.banking._reads import (
     AccessView,
     AccountView,
+    CustomerState,
+    CustomerView,
     MovementPosition,
     MovementView,
     accesses_of,
     accounts_of,
     customer_status,
+    customer_views,
     movement_page,
     movement_position,
     movements_of,
 )
 from scrapeflow.banking._registry import ENTRY_POINT_GROUP, get_scraper, register, scrapers
 from scrapeflow.banking._reports import AccessReport, LaunchLimits, LaunchReport
-from scrapeflow.banking._results import ResultCode, ScrapeState
+from scrapeflow.banking._results import (
+    NEEDS_A_PERSON,
+    Outcome,
+    ResultCode,
+    ScrapeState,
+    outcome_of,
+)
 from scrapeflow.banking._scraper import (
     AccessSink,
     BasicScraper,
@@ -130,6 +139,7 @@ __all__ = [
     "KEY_FILE_ENV",
     "MAX_PASSWORD",
     "MIGRATIONS_DIR",
+    "NEEDS_A_PERSON",
     "Access",
     "AccessReport",
     "AccessSink",
@@ -148,6 +158,8 @@ __all__ = [
     "Credential",
     "CredentialVault",
     "Customer",
+    "CustomerState",
+    "CustomerView",
     "EventKind",
     "EventSink",
     "FinancialEntity",
@@ -166,6 +178,7 @@ __all__ = [
     "MovementRecord",
     "MovementRemoval",
     "MovementView",
+    "Outcome",
     "RemovedMovement",
     "ResultCode",
     "ScrapeContext",
@@ -185,6 +198,7 @@ __all__ = [
     "bank_job_kinds",
     "compact",
     "customer_status",
+    "customer_views",
     "find_customer",
     "get_scraper",
     "launcher_from_settings",
@@ -195,6 +209,7 @@ __all__ = [
     "movement_position",
     "movements_of",
     "otp_key",
+    "outcome_of",
     "parse_amount",
     "parse_es_amount",
     "parse_es_date",

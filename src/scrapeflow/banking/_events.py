@@ -32,6 +32,9 @@ class LaunchEvent:
     account_ref: str | None = None
     count: int = 0
     result_code: str | None = None
+    """An access's result (``access_finished``)."""
+    outcome: str | None = None
+    """The refresh's :class:`~scrapeflow.banking.Outcome` (``launch_finished``)."""
     at: datetime = field(default_factory=lambda: datetime.now(UTC))
 
     def as_dict(self) -> dict[str, object]:
@@ -44,6 +47,7 @@ class LaunchEvent:
             "account_ref": self.account_ref,
             "count": self.count,
             "result_code": self.result_code,
+            "outcome": self.outcome,
             "at": self.at.isoformat(),
         }
 

@@ -53,7 +53,7 @@ from scrapeflow.banking._events import EventKind, LaunchEvent
 from scrapeflow.banking._launcher import Launcher
 from scrapeflow.banking._models import Access, Customer
 from scrapeflow.banking._reports import AccessReport, LaunchReport
-from scrapeflow.banking._results import ResultCode, ScrapeState
+from scrapeflow.banking._results import ResultCode, ScrapeState, outcome_of
 from scrapeflow.banking._setup import launcher_from_settings
 from scrapeflow.banking._state import reset_stuck
 from scrapeflow.errors import InputError, RefreshInProgress
@@ -243,12 +243,7 @@ class BankJobs:
                     reports = [await launcher.refresh(rows[0].id)]
             finally:
                 _job_sink.reset(token)
-        if many:
-            return {
-                "ok": all(report.ok for report in reports),
-                "customers": [_launch_result(report) for report in reports],
-            }
-        return _launch_result(reports[0])
+        return _many_result(reports) if many else _launch_result(reports[0])
 
     async def _spread(
         self, context: JobContext, customers: list[str], many: bool
@@ -258,12 +253,7 @@ class BankJobs:
             reports = await asyncio.gather(
                 *(self._spread_one(context, launcher, customer) for customer in customers)
             )
-        if many:
-            return {
-                "ok": all(report.ok for report in reports),
-                "customers": [_launch_result(report) for report in reports],
-            }
-        return _launch_result(reports[0])
+        return _many_result(reports) if many else _launch_result(reports[0])
 
     async def _spread_one(
         self, context: JobContext, launcher: Launcher, customer: str
@@ -290,7 +280,7 @@ class BankJobs:
                 ended = await context.join(parts)
                 report = LaunchReport(launch.id, launch.customer_id, launch.external_id)
                 report.accesses = [a for a in map(_part_report, ended) if a is not None]
-                launch.ok = report.ok
+                launch.outcome = report.outcome
                 counts = context.counts
                 context.progress(
                     accesses_done=counts.get("accesses_done", 0) + len(report.accesses),
@@ -457,6 +447,17 @@ async def _free_dead_access(
 # -- results ----------------------------------------------------------------------------------
 
 
+def _many_result(reports: Sequence[LaunchReport]) -> dict[str, Any]:
+    """The result of a refresh of several customers: each one's, and the outcome of them all
+    (None when every one was refused: the refreshes that hold them tell theirs)."""
+    ran = [report for report in reports if report.refused is None]
+    return {
+        "ok": all(report.ok for report in reports),
+        "outcome": outcome_of(a.code for r in ran for a in r.accesses) if ran else None,
+        "customers": [_launch_result(report) for report in reports],
+    }
+
+
 def _launch_result(report: LaunchReport) -> dict[str, Any]:
     """A launch report as a job's result (JSON-ready; details scrubbed of credentials)."""
     return {
@@ -464,6 +465,7 @@ def _launch_result(report: LaunchReport) -> dict[str, Any]:
         "customer_id": report.customer_id,
         "launch_id": report.launch_id,
         "ok": report.ok,
+        "outcome": report.outcome,
         "refused": report.refused,
         "seconds": round(report.seconds, 3),
         "balances_seconds": report.balances_seconds,

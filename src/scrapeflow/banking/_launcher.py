@@ -60,7 +60,7 @@ from scrapeflow.banking._launchlog import LaunchLog, prepare_log_dir
 from scrapeflow.banking._models import Access, Customer, FinancialEntity
 from scrapeflow.banking._registry import get_scraper
 from scrapeflow.banking._reports import AccessReport, LaunchLimits, LaunchReport
-from scrapeflow.banking._results import ResultCode
+from scrapeflow.banking._results import Outcome, ResultCode
 from scrapeflow.banking._scraper import (
     AccessSink,
     BasicScraper,
@@ -166,8 +166,8 @@ class SpreadLaunch:
     external_id: str
     accesses: tuple[int, ...]
     """The customer's accesses, by id, when the launch started."""
-    ok: bool = False
-    """Set by the caller once the parts ended: whether every access succeeded."""
+    outcome: Outcome | None = None
+    """Set by the caller once the parts ended: how the refresh ended."""
 
     def event(self, kind: EventKind, **fields: Any) -> LaunchEvent:
         return LaunchEvent(kind, self.id, self.customer_id, **fields)
@@ -389,8 +389,8 @@ class Launcher:
                 )
                 launch.log.close()
         launch.check_stored(f"the refresh of {external_id}")
-        code = ResultCode.SUCCESS if report.ok else ResultCode.UNKNOWN
-        await self._emit(None, launch.event(EventKind.LAUNCH_FINISHED, result_code=code))
+        outcome = report.outcome
+        await self._emit(None, launch.event(EventKind.LAUNCH_FINISHED, outcome=outcome))
         return report
 
     async def _claim(self, customer_id: int, session: AsyncSession) -> AccessClaims:
@@ -485,8 +485,7 @@ class Launcher:
             raise ResultsNotStored(
                 f"the refresh of {external_id} could not mark it all updated: run it again"
             ) from failed
-        code = ResultCode.SUCCESS if spread.ok else ResultCode.UNKNOWN
-        await self._emit(None, spread.event(EventKind.LAUNCH_FINISHED, result_code=code))
+        await self._emit(None, spread.event(EventKind.LAUNCH_FINISHED, outcome=spread.outcome))
 
     async def _hold_customer(self, customer_id: int, *, take_over: bool) -> None:
         heartbeat = self.limits.heartbeat

@@ -27,17 +27,20 @@ from scrapeflow.banking._models import (
     FinancialEntity,
     Movement,
 )
-from scrapeflow.banking._results import ResultCode, ScrapeState
+from scrapeflow.banking._results import Outcome, ResultCode, ScrapeState, outcome_of
 from scrapeflow.errors import InputError
 
 __all__ = [
     "AccessView",
     "AccountView",
+    "CustomerState",
+    "CustomerView",
     "MovementPosition",
     "MovementView",
     "accesses_of",
     "accounts_of",
     "customer_status",
+    "customer_views",
     "movement_page",
     "movement_position",
     "movements_of",
@@ -151,14 +154,21 @@ def _missing(customer: int | str) -> InputError:
     return InputError(f"no customer {customer!r}")
 
 
+@dataclass(frozen=True, slots=True)
+class CustomerState:
+    state: ScrapeState
+    finished_at: datetime | None
+    """When its last refresh ended (None before the first)."""
+
+
 async def customer_status(
     sessions: async_sessionmaker[AsyncSession], customer: int | str
-) -> tuple[ScrapeState, list[AccessView]]:
+) -> tuple[CustomerState, list[AccessView]]:
     """The customer's state and its accesses', read together (one snapshot: a launch that
     claims the customer, or a watchdog that frees it, is seen whole or not at all)."""
     rows = await _rows(
         sessions,
-        select(Customer.scrape_state, *_ACCESS)
+        select(Customer.scrape_state, Customer.scrape_finished_at, *_ACCESS)
         .select_from(Customer)
         .outerjoin(Access, Access.customer_id == Customer.id)
         .outerjoin(FinancialEntity, FinancialEntity.id == Access.entity_id)
@@ -167,7 +177,44 @@ async def customer_status(
     )
     if not rows:
         raise _missing(customer)
-    return rows[0][0], [AccessView(*row[1:]) for row in rows if row[1] is not None]
+    found = CustomerState(rows[0][0], rows[0][1])
+    return found, [AccessView(*row[2:]) for row in rows if row[2] is not None]
+
+
+@dataclass(frozen=True, slots=True)
+class CustomerView:
+    external_id: str
+    name: str
+    state: ScrapeState
+    outcome: Outcome | None
+    """From its accesses' last results (None before any ended)."""
+
+
+async def customer_views(
+    sessions: async_sessionmaker[AsyncSession], customer: str | None = None
+) -> list[CustomerView]:
+    """Every customer (or the one ``customer``; :class:`InputError` when it does not exist),
+    by id, with the outcome of its accesses' last results: two queries in all."""
+    query = select(Customer.id, Customer.external_id, Customer.name, Customer.scrape_state)
+    results = select(Access.customer_id, Access.result_code).where(Access.result_code.is_not(None))
+    if customer is not None:
+        query = query.where(_customer_is(customer))
+        results = results.join(Customer, Customer.id == Access.customer_id).where(
+            _customer_is(customer)
+        )
+    async with sessions() as session:
+        connection = await session.connection()
+        rows = (await connection.execute(query.order_by(Customer.external_id))).all()
+        codes: dict[int, list[ResultCode]] = {}
+        for owner, code in await connection.execute(results):
+            if code is not None:
+                codes.setdefault(owner, []).append(code)
+    if customer is not None and not rows:
+        raise _missing(customer)
+    return [
+        CustomerView(external_id, name, state, outcome_of(codes[id_]) if id_ in codes else None)
+        for id_, external_id, name, state in rows
+    ]
 
 
 async def accesses_of(

@@ -6,7 +6,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from scrapeflow.banking._results import ResultCode
+from scrapeflow.banking._results import Outcome, ResultCode, outcome_of
 
 __all__ = ["AccessReport", "LaunchLimits", "LaunchReport"]
 
@@ -64,6 +64,14 @@ class LaunchReport:
     @property
     def ok(self) -> bool:
         return self.refused is None and all(a.code.ok for a in self.accesses)
+
+    @property
+    def outcome(self) -> Outcome | None:
+        """How the refresh ended, from its accesses' results; None when it was refused (the
+        refresh that holds the customer tells its own)."""
+        if self.refused is not None:
+            return None
+        return outcome_of(a.code for a in self.accesses)
 
     @property
     def balances_seconds(self) -> float | None:

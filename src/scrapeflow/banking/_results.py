@@ -1,10 +1,12 @@
-"""How a scrape ended (:class:`ResultCode`) and where a scrape stands (:class:`ScrapeState`)."""
+"""How a scrape ended (:class:`ResultCode`), how a customer's refresh ended (:class:`Outcome`)
+and where a scrape stands (:class:`ScrapeState`)."""
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from enum import StrEnum
 
-__all__ = ["ResultCode", "ScrapeState"]
+__all__ = ["NEEDS_A_PERSON", "Outcome", "ResultCode", "ScrapeState", "outcome_of"]
 
 
 class ResultCode(StrEnum):
@@ -46,6 +48,45 @@ _MESSAGES = {
     ),
     ResultCode.UNKNOWN: "The scrape failed for an unexpected reason; see the launch log.",
 }
+
+
+NEEDS_A_PERSON = frozenset(
+    {ResultCode.TWO_FACTOR_REQUIRED, ResultCode.WRONG_CREDENTIALS, ResultCode.USER_LOCKED}
+)
+"""The results only the customer can clear: a code to type, a password to fix, a user to
+unlock at the bank."""
+
+
+class Outcome(StrEnum):
+    """How a customer's refresh ended, from its accesses' results (see :func:`outcome_of`)."""
+
+    SUCCEEDED = "succeeded"
+    """Every access read."""
+    PARTIAL = "partial"
+    """Some accesses read, some not (the bank down, a site changed…); none waits for a person."""
+    NEEDS_ACTION = "needs_action"
+    """An access waits for the customer: a one-time code, a password, an unlock at the bank."""
+    FAILED = "failed"
+    """Nothing read: every access failed, or the refresh could not start."""
+
+
+def outcome_of(codes: Iterable[ResultCode]) -> Outcome:
+    """The outcome of a refresh whose accesses ended with ``codes``. An access waiting for a
+    person makes it ``needs_action`` whatever the others did; a refresh of no access read
+    nothing it had to, and ``succeeded``.
+
+    >>> outcome_of([ResultCode.SUCCESS, ResultCode.BANK_UNAVAILABLE])
+    <Outcome.PARTIAL: 'partial'>
+    >>> outcome_of([ResultCode.SUCCESS, ResultCode.TWO_FACTOR_REQUIRED])
+    <Outcome.NEEDS_ACTION: 'needs_action'>
+    """
+    codes = list(codes)
+    if any(code in NEEDS_A_PERSON for code in codes):
+        return Outcome.NEEDS_ACTION
+    read = sum(code.ok for code in codes)
+    if read == len(codes):
+        return Outcome.SUCCEEDED
+    return Outcome.FAILED if read == 0 else Outcome.PARTIAL
 
 
 class ScrapeState(StrEnum):

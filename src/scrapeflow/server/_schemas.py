@@ -114,6 +114,11 @@ class JobSummaryOut(BaseModel):
 class JobOut(JobSummaryOut):
     """A job whole: its summary, what it was given and what it did."""
 
+    outcome: str | None
+    """A bank refresh's (or one-time code's) outcome once it ended: ``succeeded``,
+    ``partial``, ``needs_action`` or ``failed`` (see the customer's status); null for other
+    jobs, or while it runs. The job's ``state`` is the job's: a refresh whose every access
+    failed still ``succeeded`` as a job."""
     params: dict[str, Any]
     """What the job was given, bounded: the first 20 items of each list (URLs, tasks) with
     ``{name}_total`` the count; each URL's credentials and secret query values shown as
@@ -123,7 +128,13 @@ class JobOut(JobSummaryOut):
     @classmethod
     def of(cls, job: Job) -> JobOut:
         params = {k: v for k, v in job.params.items() if not k.endswith("_sealed")}
-        return cls(**_summary(job), params=_shown_params(params), result=job.result)
+        outcome = job.result.get("outcome") if isinstance(job.result, dict) else None
+        return cls(
+            **_summary(job),
+            outcome=outcome if isinstance(outcome, str) else None,
+            params=_shown_params(params),
+            result=job.result,
+        )
 
 
 def _summary(job: Job) -> dict[str, Any]:
@@ -190,7 +201,17 @@ class CustomerStatus(BaseModel):
     customer: str
     state: str
     all_updated: bool
-    """True once the last refresh has ended for every access (the seed's UI flag)."""
+    """True once the last refresh has ended for every access (the seed's UI flag: finished,
+    not succeeded; ``outcome`` says how it went)."""
+    outcome: str | None
+    """How the last refresh ended: ``succeeded`` (every access read), ``partial`` (some read),
+    ``needs_action`` (an access waits for the customer: a code, a password, an unlock),
+    ``failed`` (nothing read, or the refresh could not start: ``error`` says why); null before
+    the first refresh ended."""
+    results: dict[str, int]
+    """How many accesses ended with each result code in their last scrape."""
+    error: str | None
+    """Why the last refresh failed before any access ended (its job's error), else null."""
     refresh_job: JobOut | None
     """The refresh queued or running for this customer, if any."""
     accesses: list[AccessOut]
@@ -239,6 +260,10 @@ class CustomerOut(BaseModel):
     id: str
     name: str
     state: str
+    outcome: str | None = None
+    """How its accesses' last scrapes ended, together (``succeeded``, ``partial``,
+    ``needs_action``, ``failed``; null before any ended). The status also counts a refresh
+    that could not start."""
 
 
 class AccessIn(BaseModel):

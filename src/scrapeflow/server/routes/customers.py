@@ -9,8 +9,9 @@ import contextlib
 import hashlib
 import json
 import re
+from collections import Counter
 from collections.abc import Awaitable, Callable, Iterator
-from datetime import date
+from datetime import UTC, date, datetime
 from typing import TYPE_CHECKING, Annotated
 
 from fastapi import APIRouter, Depends, Path, Query
@@ -18,7 +19,7 @@ from fastapi.responses import JSONResponse
 from pydantic import BeforeValidator
 
 from scrapeflow.banking import BANK_OTP, BANK_REFRESH, movement_position, otp_key, refresh_key
-from scrapeflow.jobs import Job
+from scrapeflow.jobs import Job, JobState
 from scrapeflow.server._deps import State, caller_with, check_customer
 from scrapeflow.server._keys import ApiKey, Scope
 from scrapeflow.server._problems import Problem
@@ -36,7 +37,7 @@ from scrapeflow.server._schemas import (
 )
 
 if TYPE_CHECKING:
-    from scrapeflow.banking import AccessView
+    from scrapeflow.banking import AccessView, CustomerView
 
 __all__ = [
     "CustomerReader",
@@ -147,18 +148,17 @@ async def _active_refresh(state: State, customer: str) -> Job | None:
 
 @router.get("", response_model=list[CustomerOut])
 async def list_customers(state: State, key: Reader) -> list[CustomerOut]:
-    """The customers this key may see."""
-    from sqlalchemy import select
+    """The customers this key may see, with their outcome."""
+    from scrapeflow.banking import customer_views
 
-    from scrapeflow.banking import Customer
-
-    async with state.sessions() as session:
-        rows = (await session.scalars(select(Customer).order_by(Customer.external_id))).all()
     return [
-        CustomerOut(id=c.external_id, name=c.name, state=str(c.scrape_state.value))
-        for c in rows
-        if key.sees(c.external_id)
+        _customer_out(c) for c in await customer_views(state.sessions) if key.sees(c.external_id)
     ]
+
+
+def _customer_out(c: CustomerView) -> CustomerOut:
+    outcome = None if c.outcome is None else c.outcome.value
+    return CustomerOut(id=c.external_id, name=c.name, state=c.state.value, outcome=outcome)
 
 
 @router.post("", status_code=201, response_model=CustomerOut)
@@ -188,12 +188,12 @@ async def add_customer(body: CustomerIn, state: State, key: Admin) -> CustomerOu
 
 
 @router.get("/{customer}", response_model=CustomerOut)
-async def get_customer(customer: CustomerId, state: State, key: CustomerReader) -> CustomerOut:
-    from scrapeflow.banking import find_customer
+async def get_customer(customer: CustomerId, state: State, key: CustomerViewer) -> CustomerOut:
+    from scrapeflow.banking import customer_views
 
-    async with state.sessions() as session:
-        row = await find_customer(session, customer)
-        return CustomerOut(id=row.external_id, name=row.name, state=row.scrape_state.value)
+    with customer_read(customer):
+        [found] = await customer_views(state.sessions, customer)
+    return _customer_out(found)
 
 
 @router.post("/{customer}/accesses", status_code=201, response_model=AccessOut)
@@ -271,23 +271,40 @@ async def refresh(customer: CustomerId, state: State, key: CustomerRefresher) ->
 
 @router.get("/{customer}/status", response_model=CustomerStatus)
 async def status(customer: CustomerId, state: State, key: CustomerViewer) -> CustomerStatus:
-    """Per access: state, last result code and counts; and the customer's "all updated" flag,
-    true once no refresh is queued or running and every access has ended."""
-    from scrapeflow.banking import ScrapeState, customer_status
+    """Per access: state, last result code and counts; the customer's "all updated" flag,
+    true once no refresh is queued or running and every access has ended; and the last
+    refresh's outcome."""
+    from scrapeflow.banking import Outcome, ScrapeState, customer_status, outcome_of
 
     # The customer and its accesses in one read: a launch claims the customer before its
     # accesses and the watchdog frees both at once, so they are never seen half-updated.
     with customer_read(customer):
-        customer_state, accesses = await customer_status(state.sessions, customer)
-    job = await _active_refresh(state, customer)
+        found, accesses = await customer_status(state.sessions, customer)
+    last = await state.queue.latest(refresh_key(customer), _EPOCH)
+    job = last if last is not None and last.state in _ACTIVE else None
     busy = job is not None or any(a.state is ScrapeState.IN_PROGRESS for a in accesses)
+    codes = [a.result for a in accesses if a.result is not None]
+    # A refresh that failed after the accesses last ended (before it read anything: no URL for
+    # a bank, the vault's key missing…) is the customer's outcome until the next one ends.
+    ended = found.finished_at
+    failed = last if last is not None and last.state is JobState.FAILED else None
+    if failed is not None and ended is not None and (failed.finished_at or ended) <= ended:
+        failed = None
+    outcome = Outcome.FAILED if failed else (outcome_of(codes) if codes else None)
     return CustomerStatus(
         customer=customer,
-        state=customer_state.value,
-        all_updated=customer_state is ScrapeState.ALL_UPDATED and not busy,
+        state=found.state.value,
+        all_updated=found.state is ScrapeState.ALL_UPDATED and not busy,
+        outcome=None if outcome is None else outcome.value,
+        results=dict(Counter(code.value for code in codes)),
+        error=None if failed is None else failed.error,
         refresh_job=None if job is None else JobOut.of(job),
         accesses=[_access_out(a) for a in accesses],
     )
+
+
+_ACTIVE = frozenset({JobState.QUEUED, JobState.RUNNING})
+_EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 
 
 def _access_out(a: AccessView) -> AccessOut:

@@ -37,13 +37,27 @@ function customerButton(customer) {
     {},
     el("span", { className: "who" }, el("span", { text: customer.name || customer.id }),
       el("span", { text: customer.id })),
-    badge(customer.state),
+    customerBadge(customer),
   );
   button.type = "button";
   button.dataset.customer = customer.id;
   button.setAttribute("aria-current", String(view?.customer === customer.id));
   button.addEventListener("click", () => selectCustomer(customer.id, customer.name));
   return button;
+}
+
+// A finished refresh says how it went (green only when every access was read); one under way
+// says so.
+const OUTCOMES = {
+  succeeded: "all updated", partial: "partly updated", needs_action: "needs action",
+  failed: "failed",
+};
+
+function customerBadge(customer) {
+  if (customer.state === "all_updated" && customer.outcome) {
+    return badge(customer.outcome, OUTCOMES[customer.outcome]);
+  }
+  return badge(customer.state);
 }
 
 function markSelected() {
@@ -107,6 +121,9 @@ function refreshLabel(status) {
     const done = job.progress?.accesses_done ?? 0;
     const doing = job.state === "queued" ? "queued" : "updating";
     return [job.state, `${doing} · ${done}/${status.accesses.length} banks`];
+  }
+  if (status.outcome && (status.all_updated || status.outcome === "failed")) {
+    return [status.outcome, OUTCOMES[status.outcome]];
   }
   if (status.all_updated) return ["all_updated", "all updated"];
   return [status.state, status.state.replaceAll("_", " ")];

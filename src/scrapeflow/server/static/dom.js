@@ -7,7 +7,9 @@ import { ApiError } from "./api.js";
 const BADGES = {
   all_updated: "ok", succeeded: "ok", success: "ok", enabled: "ok",
   running: "running", in_progress: "running", queued: "waiting",
-  two_factor_required: "waiting", partially_updated: "waiting", timeout: "bad",
+  two_factor_required: "waiting", partially_updated: "waiting", partial: "waiting",
+  needs_action: "waiting", wrong_credentials: "bad", user_locked: "bad",
+  bank_unavailable: "bad", blocked: "bad", site_changed: "bad", unknown: "bad", timeout: "bad",
   failed: "bad", error: "bad", cancelled: "neutral", idle: "neutral", disabled: "neutral",
 };
 
