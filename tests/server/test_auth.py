@@ -146,12 +146,14 @@ def test_guessing_from_many_addresses_is_answered_slowly_and_a_valid_key_is_not(
     async def attempt(token: str, source: str) -> tuple[int, float]:
         started = time.monotonic()
         reader, writer = await asyncio.open_connection(host, int(port), local_addr=(source, 0))
-        writer.write(
-            f"GET /v1/jobs HTTP/1.1\r\nHost: s\r\nConnection: close\r\n"
-            f"Authorization: Bearer {token}\r\n\r\n".encode()
-        )
-        status = int((await reader.readline()).split()[1])
-        writer.close()
+        try:
+            writer.write(
+                f"GET /v1/jobs HTTP/1.1\r\nHost: s\r\nConnection: close\r\n"
+                f"Authorization: Bearer {token}\r\n\r\n".encode()
+            )
+            status = int((await reader.readline()).split()[1])
+        finally:  # a guess still held when the test ends is cancelled: its socket closed too
+            writer.close()
         return status, time.monotonic() - started
 
     async def guessing(answers: list[tuple[int, float]]) -> None:
@@ -173,6 +175,7 @@ def test_guessing_from_many_addresses_is_answered_slowly_and_a_valid_key_is_not(
         finally:
             for task in list(running):
                 task.cancel()
+            await asyncio.gather(*running, return_exceptions=True)
 
     async def scenario() -> None:
         answers: list[tuple[int, float]] = []
@@ -189,6 +192,7 @@ def test_guessing_from_many_addresses_is_answered_slowly_and_a_valid_key_is_not(
             assert status == 401 and took >= 0.9
         finally:
             guesser.cancel()
+            await asyncio.gather(guesser, return_exceptions=True)
         assert {status for status, _ in answers} == {401}  # each address failed once
 
     asyncio.run(scenario())
