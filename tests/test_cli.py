@@ -418,3 +418,53 @@ def test_sigterm_while_the_inputs_are_checked_is_an_interrupt_too(tmp_path: Path
     proc.send_signal(signal.SIGTERM)
     _, stderr = proc.communicate(timeout=10)
     assert proc.returncode == 130, stderr
+
+
+def test_version_and_a_bare_group_print_what_was_asked() -> None:
+    from importlib.metadata import version
+
+    shown = cli("--version")
+    assert (shown.returncode, shown.stdout, shown.stderr) == (
+        0,
+        f"scrapeflow {version('scrapeflow')}\n",
+        "",
+    )
+    bare = cli("bank")  # its help, as help: on stdout, no "error:"
+    assert bare.returncode == 2
+    assert bare.stdout.startswith("Usage: ") and "scrapeflow bank [OPTIONS]" in bare.stdout
+    assert "add-access" in bare.stdout
+    assert bare.stderr == ""
+
+
+def test_a_prompt_at_the_end_of_input_is_bad_input_naming_what_is_missing(tmp_path: Path) -> None:
+    def bank(*args: str, **env: str) -> subprocess.CompletedProcess[str]:
+        return subprocess.run(
+            [
+                sys.executable,
+                "-m",
+                "scrapeflow",
+                "bank",
+                "--db",
+                f"sqlite+aiosqlite:///{db}",
+                *args,
+            ],
+            stdin=subprocess.DEVNULL,  # at its end at once
+            capture_output=True,
+            text=True,
+            timeout=60,
+            env={**os.environ, "SCRAPEFLOW_VAULT_KEYS": "", **env},
+        )
+
+    db = tmp_path / "bank.db"
+    missing = bank("add-access", "cust-1", "formbank", "bob")
+    assert missing.returncode == 2
+    assert "make a key with `scrapeflow bank new-key`" in missing.stderr  # not a Python call
+    key = bank("new-key").stdout.strip()
+    no_password = bank("add-access", "cust-1", "formbank", "bob", SCRAPEFLOW_VAULT_KEYS=key)
+    assert no_password.returncode == 2  # was 130, as if interrupted, and said nothing
+    assert no_password.stderr.strip().splitlines()[-1] == (
+        "error: no password given: standard input ended (pipe it with --password-stdin)"
+    )
+    no_code = bank("otp", "1", SCRAPEFLOW_VAULT_KEYS=key)
+    assert no_code.returncode == 2
+    assert "no code given: standard input ended" in no_code.stderr

@@ -82,7 +82,9 @@ class CredentialVault:
             return cls([k for k in keys.split(",") if k.strip()])
         if key_file is not None:
             return cls.from_key_file(key_file)
-        raise MissingSetting(KEYS_ENV, f"or {KEY_FILE_ENV}; make a key with generate_key()")
+        raise MissingSetting(
+            KEYS_ENV, f"or {KEY_FILE_ENV}; make a key with `scrapeflow bank new-key`"
+        )
 
     @classmethod
     def from_key_file(cls, path: Path) -> CredentialVault:

@@ -31,6 +31,7 @@ __all__ = ["app", "main"]
 
 _GLOBAL_OPTIONS = """\b
 Global options, before the command:
+  --version                  the version, and nothing else
   --config FILE              a scrapeflow.toml settings file (SCRAPEFLOW_CONFIG)
   --log-level LEVEL          DEBUG, INFO, WARNING (default) or ERROR: logs on stderr
   --log-json / --log-pretty  log format (default: pretty on a terminal, else JSON)
@@ -90,7 +91,10 @@ def main(argv: Sequence[str] | None = None) -> None:
     _raise_open_files_limit()
     try:
         options, args = split_global_options(sys.argv[1:] if argv is None else argv)
-        if not args or args[0] in HELP_OPTION["help_option_names"]:
+        if args[:1] in (["--version"], ["-V"]):
+            typer.echo(f"scrapeflow {_version()}")
+            code = 0
+        elif not args or args[0] in HELP_OPTION["help_option_names"]:
             print_root_help()
             code = 0 if args else EXIT_BAD_INPUT
         else:
@@ -106,6 +110,15 @@ def main(argv: Sequence[str] | None = None) -> None:
     sys.exit(code if isinstance(code, int) else 0)
 
 
+def _version() -> str:
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        return version("scrapeflow")
+    except PackageNotFoundError:  # run from a source tree that was never installed
+        return "(not installed)"
+
+
 def print_root_help() -> None:
     """The root command's help: its commands and the global options."""
     command = typer.main.get_command(app)
@@ -118,6 +131,10 @@ def _report(exc: Exception) -> int:
     from scrapeflow._util.redact import redact
     from scrapeflow.errors import ScrapeflowError
 
+    if type(exc).__name__ == "NoArgsIsHelpError":  # `scrapeflow bank`: its help, as help
+        ctx = getattr(exc, "ctx", None)
+        typer.echo(ctx.get_help() if ctx is not None else str(exc))
+        return EXIT_BAD_INPUT
     if type(exc).__module__.startswith(("typer", "click")) and hasattr(exc, "format_message"):
         # A usage error (typer's own click): unknown option, bad value, missing argument.
         ctx = getattr(exc, "ctx", None)

@@ -211,7 +211,7 @@ def _add_access(
     if password_stdin:
         password = _password_from_stdin()
     else:
-        password = typer.prompt(f"Password for {login} at {bank}", hide_input=True)
+        password = _ask(f"Password for {login} at {bank}", hide=True, what="password")
     if not password:
         fail("the password is empty")
     with input_errors():
@@ -220,6 +220,19 @@ def _add_access(
         config, _with_db(config, lambda s: add_access(s, vault, customer, bank, login, password))
     )
     out.print(f"access {access_id} ready: {escape(login)} at {escape(bank)}")
+
+
+def _ask(question: str, *, what: str, hide: bool = False) -> str:
+    """The answer typed at a prompt; standard input at its end (a pipe, /dev/null) is bad
+    input naming what was missing, not an interruption."""
+    try:
+        answer: str = typer.prompt(question, hide_input=hide)
+    except typer.Abort:
+        if not sys.stdin.isatty() and not sys.stdin.read(1):
+            typer.echo("", err=hide)  # end the prompt's line (getpass writes it on stderr)
+            fail(f"no {what} given: standard input ended (pipe it with --{what}-stdin)")
+        raise
+    return answer
 
 
 @app.command("scrapers")
@@ -397,7 +410,7 @@ def _otp(
     if code_stdin:  # bytes, bounded: a code is short, and anything but digits is refused
         code = sys.stdin.buffer.readline(64).decode("utf-8", "replace").strip()
     else:
-        code = typer.prompt("One-time code").strip()
+        code = _ask("One-time code", what="code").strip()
     if not code.isdigit() or not 4 <= len(code) <= 10:
         fail("a one-time code is 4-10 digits")
     _scrape_one(ctx, access_id, code)
