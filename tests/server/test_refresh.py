@@ -89,6 +89,9 @@ def test_refresh_is_answered_at_once_then_all_updated_with_the_banks_data(
             if cursor is None:
                 break
         assert paged == everything["movements"]  # no gap, no duplicate
+        # Each movement names the access it was read through, as its account does.
+        access_of = {(a["bank"], a["bank_ref"]): a["access_id"] for a in accounts}
+        assert all(m["access_id"] == access_of[m["bank"], m["account_ref"]] for m in paged)
         keys = [(m["account_ref"], m["key"]) for m in paged]
         assert len(set(keys)) == len(keys) > 0
         total = sum(len(m) for t in expected.values() for m in t["movements"].values())

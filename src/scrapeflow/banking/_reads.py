@@ -91,6 +91,8 @@ class MovementView:
     description: str
     pending: bool
     balance_after: Decimal | None
+    access_id: int = 0
+    """The access it was read through: with ``account_ref`` and ``key``, its identity."""
 
 
 MovementPosition = tuple[int, str, str]
@@ -121,6 +123,7 @@ _ACCOUNT = (
     Account.updated_at,
 )
 _MOVEMENT = (
+    Account.access_id,
     FinancialEntity.code,
     Account.bank_ref,
     Account.iban,
@@ -259,8 +262,22 @@ def _movements(owner: int, accounts: Sequence[str], since: date | None) -> Selec
 
 
 def _movement(row: Any) -> MovementView:
-    code, bank_ref, iban, number, currency, key, *rest = row
-    return MovementView(code, bank_ref, iban or number or bank_ref, currency, key, *rest)
+    access_id, code, bank_ref, iban, number, currency, key, operated, valued, *rest = row
+    amount, description, pending, balance_after = rest
+    return MovementView(
+        code,
+        bank_ref,
+        iban or number or bank_ref,
+        currency,
+        key,
+        operated,
+        valued,
+        amount,
+        description,
+        pending,
+        balance_after,
+        access_id=access_id,
+    )
 
 
 async def _owner(session: AsyncSession, customer: int | str) -> int:

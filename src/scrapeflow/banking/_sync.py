@@ -49,8 +49,6 @@ _MAX_VERSION = 2**63 - 1
 class MovementChange(MovementView):
     """A movement as stored now: ``(access_id, account_ref, key)`` is its identity."""
 
-    access_id: int = 0
-
 
 @dataclass(frozen=True, slots=True)
 class RemovedMovement:

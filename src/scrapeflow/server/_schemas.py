@@ -231,6 +231,8 @@ class AccountOut(BaseModel):
 
 
 class MovementOut(BaseModel):
+    access_id: int
+    """The access it was read through: ``(access_id, account_ref, key)`` is its identity."""
     bank: str
     account_ref: str
     account: str
@@ -494,8 +496,7 @@ class JobResults(BaseModel):
 
 
 class SyncMovementOut(MovementOut):
-    access_id: int
-    """With ``account_ref`` and ``key``, the movement's identity."""
+    """A movement as sync gives it: ``(access_id, account_ref, key)`` is its identity."""
 
 
 class ScheduleRunOut(BaseModel):

@@ -380,6 +380,7 @@ async def movements(
     return MovementPage(
         movements=[
             MovementOut(
+                access_id=m.access_id,
                 bank=m.bank,
                 account_ref=m.account_ref,
                 account=m.account,
