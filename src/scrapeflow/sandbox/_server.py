@@ -52,7 +52,9 @@ async def serve(
     ``host`` must be a loopback address unless ``allow_remote`` (``ValueError`` otherwise).
     """
     check_host(host, allow_remote=allow_remote)
-    runner = web.AppRunner(app, access_log=None, handle_signals=False)
+    # Half a second for requests in flight at the stop, not aiohttp's 60: a client that left a slow
+    # request behind held a stopping sandbox for that request's whole length.
+    runner = web.AppRunner(app, access_log=None, handle_signals=False, shutdown_timeout=0.5)
     await runner.setup()
     try:
         site = web.TCPSite(runner, host, port, backlog=1024, reuse_address=True)
