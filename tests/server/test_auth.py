@@ -19,6 +19,8 @@ ENDPOINTS = [
     ("GET", "/v1/customers/cust-1", "read", True),
     ("POST", "/v1/customers/cust-1/accesses", "admin", True),
     ("POST", "/v1/customers/cust-1/accesses/1/otp", "refresh", True),
+    ("DELETE", "/v1/customers/cust-1/accesses/1", "admin", True),
+    ("DELETE", "/v1/customers/cust-1", "admin", True),
     ("GET", "/v1/customers/cust-1/status", "read", True),
     ("GET", "/v1/customers/cust-1/accounts", "read", True),
     ("GET", "/v1/customers/cust-1/movements", "read", True),
@@ -76,7 +78,7 @@ def test_the_table_covers_every_endpoint_of_the_api(service: Service) -> None:
             m,
             p.replace("cust-1", "{customer}")
             .replace("0" * 28, "{job_id}")
-            .replace("/accesses/1/", "/accesses/{access_id}/")
+            .replace("/accesses/1", "/accesses/{access_id}")
             .replace("wh_" + "0" * 16, "{webhook_id}")
             .replace("/v1/keys/" + "0" * 12, "/v1/keys/{key_id}"),
         )

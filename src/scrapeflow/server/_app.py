@@ -113,6 +113,7 @@ def create_app(settings: Settings) -> FastAPI:
     from scrapeflow.server.routes import (
         customers,
         dashboard,
+        erasure,
         events,
         jobs,
         keys,
@@ -123,6 +124,7 @@ def create_app(settings: Settings) -> FastAPI:
     )
 
     app.include_router(customers.router)
+    app.include_router(erasure.router)
     app.include_router(sync.router)
     app.include_router(jobs.router)
     app.include_router(events.router)

@@ -53,6 +53,7 @@ __all__ = [
     "CustomerIn",
     "CustomerOut",
     "CustomerStatus",
+    "ErasureOut",
     "ExecutorOutcomeOut",
     "FetchItemOut",
     "FetchJobIn",
@@ -274,6 +275,17 @@ class AccessIn(BaseModel):
     login: Annotated[str, Field(min_length=1, max_length=200, pattern=r"^[^\x00-\x1f\x7f]+$")]
     password: Annotated[SecretStr, Field(min_length=1, max_length=1024)]
     """Write-only: encrypted at once, never returned, never logged."""
+
+
+class ErasureOut(BaseModel):
+    """The record of an erasure: what, when, how many rows of each kind; never data."""
+
+    erased: str
+    """``customer`` or ``access``."""
+    at: datetime
+    counts: dict[str, int]
+    """Rows erased by kind (``accesses``, ``accounts``, ``movements``, ``events``, ``jobs``,
+    ``launch_logs``: files)."""
 
 
 class OneTimeCode(BaseModel):

@@ -7,6 +7,7 @@ from __future__ import annotations
 from scrapeflow.server.routes import (
     customers,
     dashboard,
+    erasure,
     events,
     jobs,
     operations,
@@ -18,6 +19,7 @@ from scrapeflow.server.routes import (
 __all__ = [
     "customers",
     "dashboard",
+    "erasure",
     "events",
     "jobs",
     "operations",
