@@ -421,3 +421,32 @@ async def test_sqlite_files_are_created_owner_only_wal_and_shm_too(tmp_path: Pat
         await engine.dispose()
         os.umask(old_umask)
     assert modes == {"new.db": 0o600, "new.db-wal": 0o600, "new.db-shm": 0o600}
+
+
+def test_erase_takes_a_customer_or_an_access_with_what_was_read(
+    tmp_path: Path, sandbox: Sandbox
+) -> None:
+    cli = Cli(tmp_path, sandbox)
+    add_customer_with_accesses(cli, 1)
+    add_customer_with_accesses(cli, 3)
+    assert cli("refresh", "cust-1", "cust-3").returncode == 0
+    logs = tmp_path / "logs"
+
+    asked = cli("erase", "cust-1")
+    assert asked.returncode == 2 and "add --yes" in asked.stderr
+    assert json.loads(cli("accounts", "cust-1", "--format", "json").stdout)  # nothing erased
+
+    erased = cli("erase", "cust-1", "--yes")
+    assert erased.returncode == 0, erased.stderr
+    assert erased.stdout.startswith("erased customer cust-1: 3 accesses,")
+    assert not list(logs.glob("*_customer-cust-1_*.log"))
+    gone = cli("status", "cust-1")
+    assert gone.returncode == 2 and "no customer 'cust-1'" in gone.stderr
+
+    accesses = json.loads(cli("accounts", "cust-3", "--format", "json").stdout)
+    one = accesses[0]["access_id"]
+    assert cli("erase", "cust-3", "--access", str(one), "--yes").returncode == 0
+    left = json.loads(cli("accounts", "cust-3", "--format", "json").stdout)
+    assert left and all(a["access_id"] != one for a in left)
+    again = cli("erase", "cust-3", "--access", str(one), "--yes")
+    assert again.returncode == 2 and f"no access {one}" in again.stderr

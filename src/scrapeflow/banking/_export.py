@@ -18,6 +18,7 @@ from scrapeflow.banking._reads import AccountView, MovementView
 __all__ = ["ACCOUNT_COLUMNS", "MOVEMENT_COLUMNS", "to_csv", "to_json", "to_ofx"]
 
 ACCOUNT_COLUMNS = (
+    "access_id",
     "bank",
     "bank_ref",
     "iban",
@@ -29,6 +30,7 @@ ACCOUNT_COLUMNS = (
     "updated_at",
 )
 MOVEMENT_COLUMNS = (
+    "access_id",
     "bank",
     "account",
     "currency",

@@ -469,6 +469,42 @@ def _status(
     print_accesses(_run(config, _with_db(config, lambda s: accesses_of(s, customer))))
 
 
+@app.command("erase")
+def _erase(
+    ctx: typer.Context,
+    customer: Annotated[str, typer.Argument(help="The customer's id.")],
+    access: Annotated[
+        int | None, typer.Option(help="Erase only this access of the customer.", min=1)
+    ] = None,
+    yes: Annotated[
+        bool, typer.Option("--yes", help="Erase: nothing is asked, nothing kept.")
+    ] = False,
+) -> None:
+    """Erase a customer (or one access) with everything read through it: accesses and their
+    credentials, accounts, movements, events, ended jobs, launch logs. Needs --yes."""
+    from scrapeflow.db import create_engine
+    from scrapeflow.server._erasure import erase_access, erase_customer
+
+    config = settings(ctx)
+    (customer,) = _customer_ids([customer])
+    what = f"access {access} of {customer}" if access else f"customer {customer}"
+    if not yes:
+        fail(f"erasing {what} deletes it and everything read through it for good: add --yes")
+
+    async def erase(_: async_sessionmaker[AsyncSession]) -> Any:
+        engine = create_engine(config.db_url)
+        try:
+            if access:
+                return await erase_access(engine, customer, access, by="cli")
+            return await erase_customer(engine, customer, by="cli", log_dir=config.log_dir)
+        finally:
+            await engine.dispose()
+
+    done = _run(config, _with_db(config, erase))
+    counts = ", ".join(f"{count} {name.replace('_', ' ')}" for name, count in done.counts.items())
+    out.print(f"erased {escape(what)}: {counts}")
+
+
 @app.command("accounts")
 def _accounts(
     ctx: typer.Context,
