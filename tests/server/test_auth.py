@@ -20,6 +20,8 @@ ENDPOINTS = [
     ("POST", "/v1/customers/cust-1/accesses", "admin", True),
     ("POST", "/v1/customers/cust-1/accesses/1/otp", "refresh", True),
     ("DELETE", "/v1/customers/cust-1/accesses/1", "admin", True),
+    ("PATCH", "/v1/customers/cust-1/accesses/1", "admin", True),
+    ("PATCH", "/v1/customers/cust-1", "admin", True),
     ("DELETE", "/v1/customers/cust-1", "admin", True),
     ("GET", "/v1/customers/cust-1/status", "read", True),
     ("GET", "/v1/customers/cust-1/accounts", "read", True),

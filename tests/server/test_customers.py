@@ -107,3 +107,46 @@ def test_a_restricted_key_lists_only_its_customers(service: Service) -> None:
             "cust-2",
             "cust-3",
         ]
+
+
+def test_a_customer_is_renamed_and_an_access_gets_a_new_password_not_a_second_post(
+    service: Service, sandbox: Sandbox
+) -> None:
+    async def login(bank: str, n: int) -> dict:  # type: ignore[type-arg]
+        async with SandboxAdmin.from_sandbox(sandbox) as admin:
+            return dict(await admin.customer(bank, n))
+
+    formbank = asyncio.run(login("formbank", 1))
+    with service.client("admin", "read", "refresh") as client:
+        renamed = client.patch("/v1/customers/cust-1", json={"name": "Ana Pérez"})
+        assert renamed.status_code == 200, renamed.text
+        assert client.get("/v1/customers/cust-1").json()["name"] == "Ana Pérez"
+        assert client.patch("/v1/customers/cust-1", json={"name": "a\nb"}).status_code == 422
+
+        [access] = [
+            a
+            for a in client.get("/v1/customers/cust-1/status").json()["accesses"]
+            if a["bank"] == "formbank"
+        ]
+        path = f"/v1/customers/cust-1/accesses/{access['access_id']}"
+        again = client.post(
+            "/v1/customers/cust-1/accesses",
+            json={"bank": "formbank", "login": formbank["username"], "password": "other"},
+        )
+        assert again.status_code == 409 and again.json()["type"] == "access-exists"
+        assert f"PATCH {path}" in again.json()["detail"]  # where to go instead
+
+        def refreshed_result() -> str:
+            job = client.post("/v1/customers/cust-1/refresh").json()
+            results = wait_job(client, job["id"])["result"]["accesses"]
+            return next(r["result"] for r in results if r["access_id"] == access["access_id"])
+
+        changed = client.patch(path, json={"password": "not-the-password"})
+        assert changed.status_code == 200 and "not-the-password" not in changed.text
+        assert refreshed_result() == "wrong_credentials"  # the new password is the one used
+        assert client.patch(path, json={"password": formbank["password"]}).status_code == 200
+        assert refreshed_result() == "success"
+
+        assert client.patch(path, json={"password": ""}).status_code == 422
+        elsewhere = client.patch("/v1/customers/cust-2/accesses/1", json={"password": "x"})
+        assert elsewhere.status_code == 404 and elsewhere.json()["type"] == "access-not-found"

@@ -34,7 +34,9 @@ __all__ = [
     "MAX_PASSWORD",
     "add_access",
     "add_customer",
+    "change_password",
     "find_customer",
+    "rename_customer",
     "validate_customer_id",
     "validate_customer_name",
     "validate_login",
@@ -144,6 +146,35 @@ async def find_customer(session: AsyncSession, customer: int | str) -> Customer:
     if found is None:
         raise InputError(f"no customer {customer!r}")
     return found
+
+
+async def rename_customer(
+    sessions: async_sessionmaker[AsyncSession], customer: str, name: str
+) -> None:
+    """Give ``customer`` the display name ``name``; :class:`InputError` if it does not exist."""
+    name = validate_customer_name(name)
+    async with sessions() as session, session.begin():
+        (await find_customer(session, customer)).name = name
+
+
+async def change_password(
+    sessions: async_sessionmaker[AsyncSession],
+    vault: CredentialVault,
+    customer: str,
+    access_id: int,
+    password: str,
+) -> None:
+    """Seal ``password`` as the access's new one and drop what the scraper kept of the old
+    login (a session waiting for a code); :class:`InputError` when ``customer`` has no such
+    access."""
+    secret = vault.encrypt(validate_password(password))
+    async with sessions() as session, session.begin():
+        owner = await find_customer(session, customer)
+        access = await session.get(Access, access_id)
+        if access is None or access.customer_id != owner.id:
+            raise InputError(f"customer {customer!r} has no access {access_id}")
+        access.secret = secret
+        access.session_state = None
 
 
 async def add_access(

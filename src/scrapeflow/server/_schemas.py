@@ -47,11 +47,13 @@ from scrapeflow.urllist import check_url
 __all__ = [
     "AccessIn",
     "AccessOut",
+    "AccessPatch",
     "AccessResultOut",
     "AccountOut",
     "ApiStatsOut",
     "CustomerIn",
     "CustomerOut",
+    "CustomerPatch",
     "CustomerStatus",
     "ErasureOut",
     "ExecutorOutcomeOut",
@@ -275,6 +277,15 @@ class AccessIn(BaseModel):
     login: Annotated[str, Field(min_length=1, max_length=200, pattern=r"^[^\x00-\x1f\x7f]+$")]
     password: Annotated[SecretStr, Field(min_length=1, max_length=1024)]
     """Write-only: encrypted at once, never returned, never logged."""
+
+
+class AccessPatch(BaseModel):
+    password: Annotated[SecretStr, Field(min_length=1, max_length=1024)]
+    """The access's new password: write-only, encrypted at once."""
+
+
+class CustomerPatch(BaseModel):
+    name: Annotated[str, Field(max_length=200, pattern=r"^[^\x00-\x1f\x7f]*$")]
 
 
 class ErasureOut(BaseModel):

@@ -26,9 +26,11 @@ from scrapeflow.server._problems import Problem
 from scrapeflow.server._schemas import (
     AccessIn,
     AccessOut,
+    AccessPatch,
     AccountOut,
     CustomerIn,
     CustomerOut,
+    CustomerPatch,
     CustomerStatus,
     JobOut,
     MovementOut,
@@ -200,15 +202,29 @@ async def get_customer(customer: CustomerId, state: State, key: CustomerViewer) 
 async def add_access(
     customer: CustomerId, body: AccessIn, state: State, key: CustomerAdmin
 ) -> AccessOut:
-    """Add the customer's login at a bank, or change its password. The password is encrypted
-    at once and never returned."""
-    from scrapeflow.banking import CredentialVault, accesses_of, scrapers
+    """Add the customer's login at a bank (409 ``access-exists`` when it has it: change its
+    password with PATCH). The password is encrypted at once and never returned."""
+    from scrapeflow.banking import CredentialVault, accesses_of, scrapers, validate_login
     from scrapeflow.banking import add_access as add
+    from scrapeflow.errors import InputError
 
     if body.bank not in scrapers():
         known = ", ".join(sorted(scrapers()))
         raise Problem(422, "unknown-bank", f"no scraper for bank {body.bank!r} (banks: {known})")
     vault = CredentialVault.from_settings(state.settings)
+    try:
+        login = validate_login(body.login)
+    except InputError as exc:
+        raise Problem(422, "invalid-request", f"body.login: {exc}") from None
+    for existing in await accesses_of(state.sessions, customer):
+        if (existing.bank, existing.login) == (body.bank, login):
+            raise Problem(
+                409,
+                "access-exists",
+                f"customer {customer!r} has this login at {body.bank} already (access "
+                f"{existing.access_id}): change its password with PATCH "
+                f"/v1/customers/{customer}/accesses/{existing.access_id}",
+            )
     access_id = await add(
         state.sessions, vault, customer, body.bank, body.login, body.password.get_secret_value()
     )
@@ -216,6 +232,54 @@ async def add_access(
         a for a in await accesses_of(state.sessions, customer) if a.access_id == access_id
     )
     return _access_out(access)
+
+
+@router.patch("/{customer}", response_model=CustomerOut)
+async def rename_customer(
+    customer: CustomerId, body: CustomerPatch, state: State, key: CustomerAdmin
+) -> CustomerOut:
+    """Change the customer's display name (its id stays)."""
+    from scrapeflow.banking import customer_views
+    from scrapeflow.banking import rename_customer as rename
+    from scrapeflow.errors import InputError
+
+    try:
+        await rename(state.sessions, customer, body.name)
+    except InputError as exc:
+        raise Problem(422, "invalid-request", f"body.name: {exc}") from None
+    with customer_read(customer):
+        [found] = await customer_views(state.sessions, customer)
+    return _customer_out(found)
+
+
+@router.patch("/{customer}/accesses/{access_id}", response_model=AccessOut)
+async def change_password(
+    customer: CustomerId,
+    access_id: Annotated[int, Path(ge=1, le=2**63 - 1)],
+    body: AccessPatch,
+    state: State,
+    key: CustomerAdmin,
+) -> AccessOut:
+    """Change the access's password (sealed at once, never returned); what the scraper kept
+    of the old login (a session waiting for a code) is dropped."""
+    from scrapeflow.banking import CredentialVault, accesses_of, validate_password
+    from scrapeflow.banking import change_password as change
+    from scrapeflow.errors import InputError
+
+    vault = CredentialVault.from_settings(state.settings)
+    password = body.password.get_secret_value()
+    try:
+        validate_password(password)
+    except InputError as exc:
+        raise Problem(422, "invalid-request", f"body.password: {exc}") from None
+    try:
+        await change(state.sessions, vault, customer, access_id, password)
+    except InputError:
+        raise Problem(
+            404, "access-not-found", f"customer {customer!r} has no access {access_id}"
+        ) from None
+    found = [a for a in await accesses_of(state.sessions, customer) if a.access_id == access_id]
+    return _access_out(found[0])
 
 
 @router.post("/{customer}/accesses/{access_id}/otp", status_code=202, response_model=JobOut)
