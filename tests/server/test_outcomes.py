@@ -51,10 +51,12 @@ def test_each_mix_of_results_has_its_outcome(
     # cust-1 reads every bank; cust-2's legacy bank asks for an SMS code; cust-13 is locked out
     # of every bank.
     customers = [1, 2, 13]
-    with running_service(
-        tmp_path, sandbox, db_url, customers=customers, backend=job_backend
-    ) as service:
-        client = service.client("read", "refresh")
+    with (
+        running_service(
+            tmp_path, sandbox, db_url, customers=customers, backend=job_backend
+        ) as service,
+        service.client("read", "refresh") as client,
+    ):
         expected = {
             "cust-1": ("succeeded", {"success": 3}),
             "cust-2": ("needs_action", {"success": 2, "two_factor_required": 1}),
@@ -97,8 +99,10 @@ def test_a_refresh_that_cannot_start_is_the_customers_outcome(
     broken = tmp_path / "broken.json"
     broken.write_text(json.dumps(manifest))
     env = {"SCRAPEFLOW_SANDBOX_MANIFEST": str(broken)}
-    with running_service(tmp_path, sandbox, db_url, customers=[1], env=env) as service:
-        client = service.client("read", "refresh")
+    with (
+        running_service(tmp_path, sandbox, db_url, customers=[1], env=env) as service,
+        service.client("read", "refresh") as client,
+    ):
         before = client.get("/v1/customers/cust-1/status").json()
         assert (before["outcome"], before["results"], before["error"]) == (None, {}, None)
         posted = client.post("/v1/customers/cust-1/refresh").json()
