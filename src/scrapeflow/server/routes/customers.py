@@ -48,6 +48,7 @@ __all__ = [
     "add_access",
     "add_customer",
     "canonical_customer_id",
+    "change_password",
     "customer_read",
     "get_customer",
     "known_customer",
@@ -55,6 +56,7 @@ __all__ = [
     "movements",
     "one_time_code",
     "refresh",
+    "rename_customer",
     "router",
     "status",
 ]
