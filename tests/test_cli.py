@@ -468,3 +468,13 @@ def test_a_prompt_at_the_end_of_input_is_bad_input_naming_what_is_missing(tmp_pa
     no_code = bank("otp", "1", SCRAPEFLOW_VAULT_KEYS=key)
     assert no_code.returncode == 2
     assert "no code given: standard input ended" in no_code.stderr
+
+
+def test_a_global_option_after_its_command_says_where_it_goes() -> None:
+    for args, option, where in [
+        (("run", "--log-level", "INFO", "urls.txt"), "--log-level", "run"),
+        (("bank", "status", "--log-json", "cust-1"), "--log-json", "bank status"),
+    ]:
+        done = cli(*args)
+        assert done.returncode == 2
+        assert done.stderr == f"error: {option} is a global option: put it before {where}\n"

@@ -60,6 +60,9 @@ app.add_typer(bank.app, name="bank")
 app.add_typer(serve.keys, name="keys")
 
 
+_GLOBAL_NAMES = frozenset({"--config", "--log-level", "--log-json", "--log-pretty", "--version"})
+
+
 def split_global_options(argv: Sequence[str]) -> tuple[RootOptions, list[str]]:
     """The global options before the command, and the rest of ``argv`` for typer."""
     config: Path | None = None
@@ -139,6 +142,11 @@ def _report(exc: Exception) -> int:
         # A usage error (typer's own click): unknown option, bad value, missing argument.
         ctx = getattr(exc, "ctx", None)
         command = ctx.command_path if ctx is not None else "scrapeflow"
+        option = getattr(exc, "option_name", None)
+        if type(exc).__name__ == "NoSuchOption" and option in _GLOBAL_NAMES:
+            root = ctx.find_root().command_path if ctx is not None else command
+            where = command[len(root) :].strip() or "the command"
+            return _print(f"{option} is a global option: put it before {where}", EXIT_BAD_INPUT)
         return _print(f"{exc.format_message()} (see {command} --help)", EXIT_BAD_INPUT)
     if isinstance(exc, ScrapeflowError):
         return _print(str(exc), EXIT_BAD_INPUT)
