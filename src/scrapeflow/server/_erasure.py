@@ -90,8 +90,8 @@ async def erase_customer(
     customer = validate_customer_id(customer)
     await create_tables(engine, metadata)
     async with engine.begin() as connection:
-        owner = await _take(connection, customer)
-        tables = await connection.run_sync(lambda sync: set(inspect(sync).get_table_names()))
+        tables = await _tables(connection)
+        owner = await _take(connection, customer, tables)
         counts = {
             "accesses": await _count(connection, Access.customer_id == owner),
             "accounts": await _count(connection, Access.customer_id == owner, Account),
@@ -116,11 +116,11 @@ async def erase_access(engine: AsyncEngine, customer: str, access_id: int, *, by
     customer = validate_customer_id(customer)
     await create_tables(engine, metadata)
     async with engine.begin() as connection:
-        owner = await _take(connection, customer)
+        tables = await _tables(connection)
+        owner = await _take(connection, customer, tables)
         mine = (Access.customer_id == owner) & (Access.id == access_id)
         if not await _count(connection, mine):
             raise InputError(f"customer {customer!r} has no access {access_id}")
-        tables = await connection.run_sync(lambda sync: set(inspect(sync).get_table_names()))
         counts = {
             "accesses": 1,
             "accounts": await _count(connection, mine, Account),
@@ -138,7 +138,12 @@ async def erase_access(engine: AsyncEngine, customer: str, access_id: int, *, by
         return await _record(connection, "access", by, counts)
 
 
-async def _take(connection: AsyncConnection, customer: str) -> int:
+async def _tables(connection: AsyncConnection) -> set[str]:
+    """The database's tables: the service's (events, jobs) exist only where it has run."""
+    return set(await connection.run_sync(lambda sync: inspect(sync).get_table_names()))
+
+
+async def _take(connection: AsyncConnection, customer: str, tables: set[str]) -> int:
     """Lock the customer's row (a write first: SQLite's write lock, PostgreSQL's row lock),
     then check that nothing refreshes it; its id."""
     mine = Customer.external_id == customer
@@ -147,7 +152,6 @@ async def _take(connection: AsyncConnection, customer: str) -> int:
     if row is None:
         raise InputError(f"no customer {customer!r}")
     busy = row.scrape_state == ScrapeState.IN_PROGRESS
-    tables = await connection.run_sync(lambda sync: set(inspect(sync).get_table_names()))
     if not busy and jobs_table.name in tables:
         j = jobs_table.c
         active = select(func.count()).where(
