@@ -33,7 +33,13 @@ def test_a_customer_added_through_the_api_is_refreshed_and_resumed_with_its_code
     with service.client("admin") as client:
         made = client.post("/v1/customers", json={"id": "ana", "name": "Ana"})
         assert made.status_code == 201, made.text
-        assert made.json() == {"id": "ana", "name": "Ana", "state": "idle", "outcome": None}
+        assert made.json() == {
+            "id": "ana",
+            "name": "Ana",
+            "state": "idle",
+            "outcome": None,
+            "last_refresh_at": None,
+        }
         assert client.post("/v1/customers", json={"id": "ana"}).status_code == 409
         bad = client.post("/v1/customers", json={"id": "a\nb"})
         assert bad.status_code == 422
@@ -100,9 +106,9 @@ def test_a_customer_added_through_the_api_is_refreshed_and_resumed_with_its_code
 
 def test_a_restricted_key_lists_only_its_customers(service: Service) -> None:
     with service.client("read", customer="cust-2") as client:
-        assert [c["id"] for c in client.get("/v1/customers").json()] == ["cust-2"]
+        assert [c["id"] for c in client.get("/v1/customers").json()["customers"]] == ["cust-2"]
     with service.client("read") as client:
-        assert [c["id"] for c in client.get("/v1/customers").json()] == [
+        assert [c["id"] for c in client.get("/v1/customers").json()["customers"]] == [
             "cust-1",
             "cust-2",
             "cust-3",

@@ -35,6 +35,7 @@ __all__ = [
     "add_access",
     "add_customer",
     "change_password",
+    "enable_access",
     "find_customer",
     "rename_customer",
     "validate_customer_id",
@@ -169,12 +170,28 @@ async def change_password(
     access."""
     secret = vault.encrypt(validate_password(password))
     async with sessions() as session, session.begin():
-        owner = await find_customer(session, customer)
-        access = await session.get(Access, access_id)
-        if access is None or access.customer_id != owner.id:
-            raise InputError(f"customer {customer!r} has no access {access_id}")
+        access = await _access_of(session, customer, access_id)
         access.secret = secret
         access.session_state = None
+
+
+async def enable_access(
+    sessions: async_sessionmaker[AsyncSession], customer: str, access_id: int, enabled: bool
+) -> None:
+    """Enable or disable the access: a disabled one keeps its data and is left out of
+    refreshes and of the customer's outcome; :class:`InputError` when ``customer`` has no
+    such access."""
+    async with sessions() as session, session.begin():
+        access = await _access_of(session, customer, access_id)
+        access.enabled = enabled
+
+
+async def _access_of(session: AsyncSession, customer: str, access_id: int) -> Access:
+    owner = await find_customer(session, customer)
+    access = await session.get(Access, access_id)
+    if access is None or access.customer_id != owner.id:
+        raise InputError(f"customer {customer!r} has no access {access_id}")
+    return access
 
 
 async def add_access(

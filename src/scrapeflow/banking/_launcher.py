@@ -466,7 +466,9 @@ class Launcher:
             customer_id, external_id = found.id, found.external_id
             accesses = list(
                 await session.scalars(
-                    select(Access.id).where(Access.customer_id == customer_id).order_by(Access.id)
+                    select(Access.id)
+                    .where(Access.customer_id == customer_id, Access.enabled.is_(True))
+                    .order_by(Access.id)
                 )
             )
         await self._ready(Access.customer_id == customer_id)
@@ -519,16 +521,27 @@ class Launcher:
         """
         started = time.monotonic()
         owner_of = (
-            select(Customer.id, Customer.external_id).join(Access).where(Access.id == access_id)
+            select(Customer.id, Customer.external_id, Access.enabled)
+            .join(Access)
+            .where(Access.id == access_id)
         )
         async with self.sessions() as session:
-            owner = (await session.execute(owner_of)).first()
-        if owner is None:
+            found = (await session.execute(owner_of)).first()
+        if found is None:
             raise InputError(f"no access with id {access_id}")
+        owner_id, external_id, enabled = found
+        if not enabled:
+            raise InputError(f"access {access_id} is disabled: enable it to scrape it")
         today = await self._ready(Access.id == access_id)
         otps = {access_id: otp} if otp else {}
         launch = _Launch.open(
-            self.log_dir, *owner, started=started, today=today, otp=otps, launch_id=launch_id
+            self.log_dir,
+            owner_id,
+            external_id,
+            started=started,
+            today=today,
+            otp=otps,
+            launch_id=launch_id,
         )
         heartbeat = self.limits.heartbeat
 
@@ -556,14 +569,14 @@ class Launcher:
 
     async def _ready(self, accesses: ColumnElement[bool]) -> date:
         """Check, before anything is claimed, that the launch's configuration can do for the
-        ``accesses`` selected: a scraper and a URL for each bank, a vault that opens each
+        enabled ``accesses`` selected: a scraper and a URL for each bank, a vault that opens each
         credential (its signature only: nothing is decrypted), a log directory to write in.
         Raises naming the access, its bank and the setting; returns the launch's day."""
         query = (
             select(Access.id, Access.secret, FinancialEntity.code, Customer.external_id)
             .join(FinancialEntity, FinancialEntity.id == Access.entity_id)
             .join(Customer, Customer.id == Access.customer_id)
-            .where(accesses)
+            .where(accesses, Access.enabled.is_(True))
             .order_by(Access.id)
         )
         async with self.sessions() as session:

@@ -46,6 +46,7 @@ from sqlalchemy import (
     UniqueConstraint,
     bindparam,
     select,
+    true,
 )
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncSession
 from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column, validates
@@ -186,6 +187,8 @@ class Access(Base):
     session_state: Mapped[bytes | None] = mapped_column(LargeBinary)
     """A CredentialVault token of what a scraper keeps between runs: a trusted-device cookie,
     the session waiting for a one-time code."""
+    enabled: Mapped[bool] = mapped_column(Boolean, default=True, server_default=true())
+    """A disabled access is kept with its data but left out of refreshes and of the outcome."""
 
     def __repr__(self) -> str:  # the secret is a token, but it has no place in a log either
         return f"Access(id={self.id!r}, customer_id={self.customer_id!r}, login={self.login!r})"

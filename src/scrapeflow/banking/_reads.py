@@ -15,7 +15,7 @@ from datetime import date, datetime
 from decimal import Decimal
 from typing import Any
 
-from sqlalchemy import ColumnElement, Select, and_, or_, select
+from sqlalchemy import ColumnElement, Select, Subquery, and_, case, func, literal, null, or_, select
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
 from scrapeflow.banking._directory import validate_customer_id
@@ -27,18 +27,20 @@ from scrapeflow.banking._models import (
     FinancialEntity,
     Movement,
 )
-from scrapeflow.banking._results import Outcome, ResultCode, ScrapeState, outcome_of
+from scrapeflow.banking._results import NEEDS_A_PERSON, Outcome, ResultCode, ScrapeState
 from scrapeflow.errors import InputError
 
 __all__ = [
     "AccessView",
     "AccountView",
+    "CustomerPage",
     "CustomerState",
     "CustomerView",
     "MovementPosition",
     "MovementView",
     "accesses_of",
     "accounts_of",
+    "customer_page",
     "customer_status",
     "customer_views",
     "movement_page",
@@ -58,6 +60,8 @@ class AccessView:
     accounts: int
     movements: int
     finished_at: datetime | None
+    enabled: bool = True
+    """A disabled access is left out of refreshes and of the customer's outcome."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -109,6 +113,7 @@ _ACCESS = (
     Access.accounts_count,
     Access.movements_count,
     Access.scrape_finished_at,
+    Access.enabled,
 )
 _ACCOUNT = (
     Account.access_id,
@@ -190,34 +195,140 @@ class CustomerView:
     name: str
     state: ScrapeState
     outcome: Outcome | None
-    """From its accesses' last results (None before any ended)."""
+    """From its enabled accesses' last results (None before any ended)."""
+    last_refresh_at: datetime | None = None
+    """When its last refresh ended."""
+
+
+def _outcome_of_results() -> tuple[Subquery, ColumnElement[Any]]:
+    """Per customer, its enabled accesses' last results counted (a subquery to join on
+    ``customer_id``), and the outcome they make in SQL — :func:`outcome_of`'s rules, so a
+    list can be filtered and counted by outcome in the database."""
+    ended = Access.result_code.is_not(None)
+    counts = (
+        select(
+            Access.customer_id.label("customer_id"),
+            func.count().filter(ended).label("ended"),
+            func.count().filter(Access.result_code == ResultCode.SUCCESS).label("read"),
+            func.count().filter(Access.result_code.in_(sorted(NEEDS_A_PERSON))).label("waiting"),
+        )
+        .where(Access.enabled.is_(True))
+        .group_by(Access.customer_id)
+        .subquery()
+    )
+    outcome = case(
+        (func.coalesce(counts.c.ended, 0) == 0, null()),
+        (counts.c.waiting > 0, literal(Outcome.NEEDS_ACTION.value)),
+        (counts.c.read == counts.c.ended, literal(Outcome.SUCCEEDED.value)),
+        (counts.c.read == 0, literal(Outcome.FAILED.value)),
+        else_=literal(Outcome.PARTIAL.value),
+    )
+    return counts, outcome
+
+
+_CUSTOMER = (Customer.external_id, Customer.name, Customer.scrape_state)
+
+
+def _customer_view(row: Any) -> CustomerView:
+    external_id, name, state, outcome, finished = row
+    return CustomerView(
+        external_id, name, state, None if outcome is None else Outcome(outcome), finished
+    )
 
 
 async def customer_views(
     sessions: async_sessionmaker[AsyncSession], customer: str | None = None
 ) -> list[CustomerView]:
     """Every customer (or the one ``customer``; :class:`InputError` when it does not exist),
-    by id, with the outcome of its accesses' last results: two queries in all."""
-    query = select(Customer.id, Customer.external_id, Customer.name, Customer.scrape_state)
-    results = select(Access.customer_id, Access.result_code).where(Access.result_code.is_not(None))
+    by id, with the outcome of its enabled accesses' last results: one query."""
+    counts, outcome = _outcome_of_results()
+    query = (
+        select(*_CUSTOMER, outcome, Customer.scrape_finished_at)
+        .outerjoin(counts, counts.c.customer_id == Customer.id)
+        .order_by(Customer.external_id)
+    )
     if customer is not None:
         query = query.where(_customer_is(customer))
-        results = results.join(Customer, Customer.id == Access.customer_id).where(
-            _customer_is(customer)
-        )
-    async with sessions() as session:
-        connection = await session.connection()
-        rows = (await connection.execute(query.order_by(Customer.external_id))).all()
-        codes: dict[int, list[ResultCode]] = {}
-        for owner, code in await connection.execute(results):
-            if code is not None:
-                codes.setdefault(owner, []).append(code)
+    rows = await _rows(sessions, query)
     if customer is not None and not rows:
         raise _missing(customer)
-    return [
-        CustomerView(external_id, name, state, outcome_of(codes[id_]) if id_ in codes else None)
-        for id_, external_id, name, state in rows
-    ]
+    return [_customer_view(row) for row in rows]
+
+
+@dataclass(frozen=True, slots=True)
+class CustomerPage:
+    customers: list[CustomerView]
+    """Up to the page's limit, by id."""
+    more: bool
+    """Whether customers follow the page's last."""
+    total: int
+    """How many customers match the search and outcome filter, on every page."""
+    outcomes: dict[str, int]
+    """How many customers matching the search end in each outcome (``none``: not refreshed
+    yet), whatever the outcome filter: the counts a list's filter shows."""
+
+
+async def customer_page(
+    sessions: async_sessionmaker[AsyncSession],
+    *,
+    limit: int,
+    after: str | None = None,
+    search: str = "",
+    outcomes: Sequence[Outcome | None] = (),
+    only: Sequence[str] = (),
+) -> CustomerPage:
+    """A page of customers by id, those after id ``after``: ``search`` is a case-insensitive
+    part of the id or the name, ``outcomes`` keeps those ending so (None: not refreshed yet),
+    ``only`` keeps those ids (a key's customers). Counted and cut by the database."""
+    counts, outcome = _outcome_of_results()
+    matching: list[ColumnElement[bool]] = []
+    if only:
+        matching.append(Customer.external_id.in_(list(only)))
+    if search:
+        part = search.lower()
+        matching.append(
+            or_(
+                func.lower(Customer.external_id).contains(part, autoescape=True),
+                func.lower(Customer.name).contains(part, autoescape=True),
+            )
+        )
+    wanted: list[ColumnElement[bool]] = []
+    if outcomes:
+        chosen = [o.value for o in outcomes if o is not None]
+        either = [outcome.in_(chosen)] if chosen else []
+        if None in outcomes:
+            either.append(outcome.is_(None))
+        wanted.append(or_(*either))
+    page = (
+        select(*_CUSTOMER, outcome, Customer.scrape_finished_at)
+        .outerjoin(counts, counts.c.customer_id == Customer.id)
+        .where(*matching, *wanted)
+        .order_by(Customer.external_id)
+        .limit(limit + 1)
+    )
+    if after is not None:
+        page = page.where(Customer.external_id > after)
+    tally = (
+        select(outcome.label("outcome"), func.count().label("customers"))
+        .select_from(Customer)
+        .outerjoin(counts, counts.c.customer_id == Customer.id)
+        .where(*matching)
+        .group_by(outcome)
+    )
+    async with sessions() as session:
+        connection = await session.connection()
+        rows = (await connection.execute(page)).all()
+        tallied = {
+            value or "none": number for value, number in (await connection.execute(tally)).all()
+        }
+    chosen_names = {"none" if o is None else o.value for o in outcomes}
+    total = sum(n for name, n in tallied.items() if not outcomes or name in chosen_names)
+    return CustomerPage(
+        [_customer_view(row) for row in rows[:limit]],
+        more=len(rows) > limit,
+        total=total,
+        outcomes=tallied,
+    )
 
 
 async def accesses_of(

@@ -201,7 +201,8 @@ async def claim_accesses(
     heartbeat: float | None = None,
     now: datetime | None = None,
 ) -> AccessClaims:
-    """Mark every access of the customer in progress that is not already, in one statement.
+    """Mark every enabled access of the customer in progress that is not already, in one
+    statement (a disabled one is left alone).
 
     The claimed ones come back in id order with what their scrapers need; the others are busy.
     ``heartbeat`` is the claiming launcher's interval (seconds), stored for the watchdog.
@@ -213,6 +214,7 @@ async def claim_accesses(
                 update(Access)
                 .where(
                     Access.customer_id == customer_id,
+                    Access.enabled.is_(True),
                     Access.scrape_state != ScrapeState.IN_PROGRESS,
                 )
                 .values(
@@ -229,7 +231,7 @@ async def claim_accesses(
         await session.execute(
             select(Access, FinancialEntity.code)
             .join(FinancialEntity, FinancialEntity.id == Access.entity_id)
-            .where(Access.customer_id == customer_id)
+            .where(Access.customer_id == customer_id, Access.enabled.is_(True))
             .order_by(Access.id)
             .execution_options(populate_existing=True)
         )

@@ -59,6 +59,7 @@ def _errors_of(path: str, method: str, operation: dict[str, Any]) -> list[str]:
         statuses += ["400", "413"]
     if method == "post" and path in (
         "/v1/customers",
+        "/v1/customers/{customer}/accesses",
         "/v1/customers/{customer}/accesses/{access_id}/otp",
         "/v1/keys/{key_id}/rotate",
     ):

@@ -52,6 +52,7 @@ __all__ = [
     "AccountOut",
     "ApiStatsOut",
     "CustomerIn",
+    "CustomerList",
     "CustomerOut",
     "CustomerPatch",
     "CustomerStatus",
@@ -198,6 +199,9 @@ class AccessOut(BaseModel):
     accounts: int
     movements: int
     finished_at: datetime | None
+    enabled: bool = True
+    """False for a disabled access: kept with its data, left out of refreshes and of the
+    outcome."""
 
 
 class CustomerStatus(BaseModel):
@@ -266,9 +270,23 @@ class CustomerOut(BaseModel):
     name: str
     state: str
     outcome: str | None = None
-    """How its accesses' last scrapes ended, together (``succeeded``, ``partial``,
+    """How its enabled accesses' last scrapes ended, together (``succeeded``, ``partial``,
     ``needs_action``, ``failed``; null before any ended). The status also counts a refresh
     that could not start."""
+    last_refresh_at: datetime | None = None
+    """When its last refresh ended (null before the first)."""
+
+
+class CustomerList(BaseModel):
+    customers: list[CustomerOut]
+    """A page, by id."""
+    total: int
+    """Customers matching ``q`` and ``outcome``, on every page."""
+    outcomes: dict[str, int]
+    """Customers matching ``q`` by outcome (``none``: not refreshed yet), whatever
+    ``outcome`` filters."""
+    next_cursor: str | None
+    """Pass as ``cursor`` for the next page; null at the end."""
 
 
 class AccessIn(BaseModel):
@@ -280,8 +298,17 @@ class AccessIn(BaseModel):
 
 
 class AccessPatch(BaseModel):
-    password: Annotated[SecretStr, Field(min_length=1, max_length=1024)]
+    password: Annotated[SecretStr | None, Field(min_length=1, max_length=1024)] = None
     """The access's new password: write-only, encrypted at once."""
+    enabled: bool | None = None
+    """False disables the access (kept with its data, left out of refreshes); true enables
+    it again."""
+
+    @model_validator(mode="after")
+    def _something(self) -> AccessPatch:
+        if self.password is None and self.enabled is None:
+            raise ValueError("give password, enabled or both")
+        return self
 
 
 class CustomerPatch(BaseModel):

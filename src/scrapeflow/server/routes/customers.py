@@ -12,7 +12,7 @@ import re
 from collections import Counter
 from collections.abc import Awaitable, Callable, Iterator
 from datetime import UTC, date, datetime
-from typing import TYPE_CHECKING, Annotated
+from typing import TYPE_CHECKING, Annotated, Literal
 
 from fastapi import APIRouter, Depends, Path, Query
 from fastapi.responses import JSONResponse
@@ -29,6 +29,7 @@ from scrapeflow.server._schemas import (
     AccessPatch,
     AccountOut,
     CustomerIn,
+    CustomerList,
     CustomerOut,
     CustomerPatch,
     CustomerStatus,
@@ -48,7 +49,7 @@ __all__ = [
     "add_access",
     "add_customer",
     "canonical_customer_id",
-    "change_password",
+    "change_access",
     "customer_read",
     "get_customer",
     "known_customer",
@@ -150,19 +151,71 @@ async def _active_refresh(state: State, customer: str) -> Job | None:
     return await state.queue.active(refresh_key(customer))
 
 
-@router.get("", response_model=list[CustomerOut])
-async def list_customers(state: State, key: Reader) -> list[CustomerOut]:
-    """The customers this key may see, with their outcome."""
-    from scrapeflow.banking import customer_views
+OutcomeFilter = Literal["succeeded", "partial", "needs_action", "failed", "none"]
 
-    return [
-        _customer_out(c) for c in await customer_views(state.sessions) if key.sees(c.external_id)
-    ]
+
+@router.get("", response_model=CustomerList)
+async def list_customers(
+    state: State,
+    key: Reader,
+    q: Annotated[
+        str, Query(max_length=200, description="a part of the id or the name, any case")
+    ] = "",
+    outcome: Annotated[
+        list[OutcomeFilter] | None,
+        Query(description="keep those ending so (repeat for several; none: not refreshed)"),
+    ] = None,
+    limit: Annotated[int, Query(ge=1, le=500)] = 50,
+    cursor: Annotated[str | None, Query(max_length=512)] = None,
+) -> CustomerList:
+    """The customers this key may see, by id, a page at a time (``next_cursor``), with their
+    outcome and last refresh; searched and filtered by the database."""
+    from scrapeflow.banking import Outcome, customer_page
+
+    after = _decode_customer_cursor(cursor) if cursor else None
+    wanted = [None if o == "none" else Outcome(o) for o in outcome or ()]
+    found = await customer_page(
+        state.sessions,
+        limit=limit,
+        after=after,
+        search=q.strip(),
+        outcomes=wanted,
+        only=sorted(key.customers),
+    )
+    page = found.customers
+    return CustomerList(
+        customers=[_customer_out(c) for c in page],
+        total=found.total,
+        outcomes=found.outcomes,
+        next_cursor=_encode_customer_cursor(page[-1].external_id) if found.more else None,
+    )
+
+
+def _encode_customer_cursor(external_id: str) -> str:
+    text = json.dumps(["customers", external_id])
+    return base64.urlsafe_b64encode(text.encode()).decode().rstrip("=")
+
+
+def _decode_customer_cursor(cursor: str) -> str:
+    try:
+        raw = base64.urlsafe_b64decode(cursor + "=" * (-len(cursor) % 4))
+        kind, after = json.loads(raw)
+        if kind != "customers" or not isinstance(after, str):
+            raise ValueError
+    except (ValueError, binascii.Error, TypeError, RecursionError):
+        raise Problem(422, "invalid-cursor", "cursor is not one this API gave") from None
+    return after
 
 
 def _customer_out(c: CustomerView) -> CustomerOut:
     outcome = None if c.outcome is None else c.outcome.value
-    return CustomerOut(id=c.external_id, name=c.name, state=c.state.value, outcome=outcome)
+    return CustomerOut(
+        id=c.external_id,
+        name=c.name,
+        state=c.state.value,
+        outcome=outcome,
+        last_refresh_at=c.last_refresh_at,
+    )
 
 
 @router.post("", status_code=201, response_model=CustomerOut)
@@ -255,27 +308,37 @@ async def rename_customer(
 
 
 @router.patch("/{customer}/accesses/{access_id}", response_model=AccessOut)
-async def change_password(
+async def change_access(
     customer: CustomerId,
     access_id: Annotated[int, Path(ge=1, le=2**63 - 1)],
     body: AccessPatch,
     state: State,
     key: CustomerAdmin,
 ) -> AccessOut:
-    """Change the access's password (sealed at once, never returned); what the scraper kept
-    of the old login (a session waiting for a code) is dropped."""
-    from scrapeflow.banking import CredentialVault, accesses_of, validate_password
-    from scrapeflow.banking import change_password as change
+    """Change the access's password (sealed at once, never returned; what the scraper kept of
+    the old login, a session waiting for a code, is dropped), disable it (kept with its data,
+    left out of refreshes and of the outcome) or enable it again."""
+    from scrapeflow.banking import (
+        CredentialVault,
+        accesses_of,
+        change_password,
+        enable_access,
+        validate_password,
+    )
     from scrapeflow.errors import InputError
 
-    vault = CredentialVault.from_settings(state.settings)
-    password = body.password.get_secret_value()
+    password = None if body.password is None else body.password.get_secret_value()
+    if password is not None:
+        try:
+            validate_password(password)
+        except InputError as exc:
+            raise Problem(422, "invalid-request", f"body.password: {exc}") from None
     try:
-        validate_password(password)
-    except InputError as exc:
-        raise Problem(422, "invalid-request", f"body.password: {exc}") from None
-    try:
-        await change(state.sessions, vault, customer, access_id, password)
+        if password is not None:
+            vault = CredentialVault.from_settings(state.settings)
+            await change_password(state.sessions, vault, customer, access_id, password)
+        if body.enabled is not None:
+            await enable_access(state.sessions, customer, access_id, body.enabled)
     except InputError:
         raise Problem(
             404, "access-not-found", f"customer {customer!r} has no access {access_id}"
@@ -302,6 +365,12 @@ async def one_time_code(
     )
     if access is None:
         raise Problem(404, "access-not-found", f"customer {customer!r} has no access {access_id}")
+    if not access.enabled:
+        raise Problem(
+            409,
+            "access-disabled",
+            f"access {access_id} is disabled: enable it (PATCH enabled: true) first",
+        )
     if access.state is ScrapeState.IN_PROGRESS or await _active_refresh(state, customer):
         raise Problem(
             409,
@@ -349,7 +418,7 @@ async def status(customer: CustomerId, state: State, key: CustomerViewer) -> Cus
     last = await state.queue.latest(refresh_key(customer), _EPOCH)
     job = last if last is not None and last.state in _ACTIVE else None
     busy = job is not None or any(a.state is ScrapeState.IN_PROGRESS for a in accesses)
-    codes = [a.result for a in accesses if a.result is not None]
+    codes = [a.result for a in accesses if a.result is not None and a.enabled]
     # A refresh that failed after the accesses last ended (before it read anything: no URL for
     # a bank, the vault's key missing…) is the customer's outcome until the next one ends.
     ended = found.finished_at
@@ -384,6 +453,7 @@ def _access_out(a: AccessView) -> AccessOut:
         accounts=a.accounts,
         movements=a.movements,
         finished_at=a.finished_at,
+        enabled=a.enabled,
     )
 
 

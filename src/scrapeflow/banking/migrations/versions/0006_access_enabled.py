@@ -1,0 +1,30 @@
+"""Accesses can be disabled: kept with their data, left out of refreshes.
+
+Revision ID: 0006
+Revises: 0005
+Create Date: 2026-11-27 23:00:00
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import sqlalchemy as sa
+from alembic import op
+
+revision: str = "0006"
+down_revision: str | None = "0005"
+branch_labels: str | Sequence[str] | None = None
+depends_on: str | Sequence[str] | None = None
+
+
+def upgrade() -> None:
+    with op.batch_alter_table("accesses") as batch:
+        batch.add_column(
+            sa.Column("enabled", sa.Boolean(), nullable=False, server_default=sa.true())
+        )
+
+
+def downgrade() -> None:
+    with op.batch_alter_table("accesses") as batch:
+        batch.drop_column("enabled")
