@@ -26,6 +26,7 @@ ENDPOINTS = [
     ("GET", "/v1/customers/cust-1/status", "read", True),
     ("GET", "/v1/customers/cust-1/accounts", "read", True),
     ("GET", "/v1/customers/cust-1/movements", "read", True),
+    ("GET", "/v1/customers/cust-1/movements/export", "read", True),
     ("GET", "/v1/customers/cust-1/sync", "read", True),
     ("GET", "/v1/schedule", "read", False),
     ("POST", "/v1/customers/cust-1/refresh", "refresh", True),

@@ -404,11 +404,15 @@ async def movements_of(
     *,
     accounts: Sequence[str] = (),
     since: date | None = None,
+    until: date | None = None,
 ) -> list[MovementView]:
-    """All the customer's movements, newest first; ``accounts`` filters by bank ref or IBAN."""
+    """All the customer's movements in the order of the pages; ``accounts`` filters by bank
+    ref or IBAN, ``since`` and ``until`` by operation date (both included)."""
     async with sessions() as session:
         query = _movements(await _owner(session, customer), accounts, since)
-        query = query.order_by(Movement.operation_date.desc(), Movement.id.desc())
+        if until is not None:
+            query = query.where(Movement.operation_date <= until)
+        query = query.order_by(*_PAGE_ORDER)
         return [_movement(row) for row in (await session.execute(query)).all()]
 
 
@@ -442,10 +446,11 @@ async def movement_page(
                     ),
                 )
             )
-        query = query.order_by(
-            Movement.operation_date.desc(), Account.bank_ref, Movement.movement_key
-        ).limit(limit)
+        query = query.order_by(*_PAGE_ORDER).limit(limit)
         return [_movement(row) for row in (await session.execute(query)).all()]
+
+
+_PAGE_ORDER = (Movement.operation_date.desc(), Account.bank_ref, Movement.movement_key)
 
 
 def movement_position(movement: MovementView) -> MovementPosition:

@@ -115,6 +115,7 @@ def create_app(settings: Settings) -> FastAPI:
         dashboard,
         erasure,
         events,
+        exports,
         jobs,
         keys,
         operations,
@@ -125,6 +126,7 @@ def create_app(settings: Settings) -> FastAPI:
 
     app.include_router(customers.router)
     app.include_router(erasure.router)
+    app.include_router(exports.router)
     app.include_router(sync.router)
     app.include_router(jobs.router)
     app.include_router(events.router)

@@ -52,6 +52,7 @@ __all__ = [
     "change_access",
     "customer_read",
     "get_customer",
+    "iso_date",
     "known_customer",
     "list_customers",
     "movements",
@@ -65,7 +66,7 @@ __all__ = [
 router = APIRouter(prefix="/v1/customers", tags=["customers"])
 
 
-def _iso_date(value: object) -> object:
+def iso_date(value: object) -> object:
     """Only ``YYYY-MM-DD`` is a date here (pydantic alone also takes ``0`` as 1970-01-01)."""
     if isinstance(value, str) and not _ISO_DATE.fullmatch(value):
         raise ValueError("a date is YYYY-MM-DD")
@@ -487,10 +488,10 @@ async def movements(
     state: State,
     key: CustomerViewer,
     since: Annotated[
-        date | None, BeforeValidator(_iso_date), Query(description="operated on or after")
+        date | None, BeforeValidator(iso_date), Query(description="operated on or after")
     ] = None,
     until: Annotated[
-        date | None, BeforeValidator(_iso_date), Query(description="operated on or before")
+        date | None, BeforeValidator(iso_date), Query(description="operated on or before")
     ] = None,
     account: Annotated[list[str] | None, Query(description="bank ref or IBAN")] = None,
     limit: Annotated[int, Query(ge=1, le=1000)] = 200,
