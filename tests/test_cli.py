@@ -14,6 +14,7 @@ import sys
 import threading
 import time
 from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import pytest
@@ -478,3 +479,45 @@ def test_a_global_option_after_its_command_says_where_it_goes() -> None:
         done = cli(*args)
         assert done.returncode == 2
         assert done.stderr == f"error: {option} is a global option: put it before {where}\n"
+
+
+def test_every_help_is_in_words() -> None:
+    """No Python types (``<int>``, ``<list[str]>``), no ``[default: (100)]``, no
+    reStructuredText backticks, no summary cut with an ellipsis, in any command's help."""
+
+    def commands_of(help_text: str) -> list[str]:
+        listed = help_text.split("\nCommands:\n", 1)
+        if len(listed) == 1:
+            return []
+        names = []
+        for line in listed[1].splitlines():
+            if not line.strip() or not line.startswith("  "):
+                break
+            if not line.startswith("   "):  # a command's line, not a wrapped summary
+                names.append(line.split()[0])
+        return names
+
+    def helps(path: tuple[str, ...]) -> Iterator[tuple[tuple[str, ...], str]]:
+        shown = cli(*path, "--help")
+        assert shown.returncode == 0, (path, shown.stderr)
+        yield path, shown.stdout
+        with ThreadPoolExecutor(4) as threads:
+            below = list(
+                threads.map(lambda name: list(helps((*path, name))), commands_of(shown.stdout))
+            )
+        for found in below:
+            yield from found
+
+    every = dict(helps(()))
+    assert len(every) > 25 and ("bank", "movements") in every and ("keys", "rotate") in every
+    for path, text in every.items():
+        where = " ".join(("scrapeflow", *path))
+        assert not re.search(r"<(int|float|str|path|file|directory|bool|list\[)", text), where
+        assert "[default: (" not in text and "``" not in text and "{" not in text, where
+        assert not re.search(r"^ {2,}.*\w\.\.\.$", text, re.MULTILINE), where  # cut short
+    runs = every[("run",)]
+    assert "Usage: scrapeflow run [OPTIONS] URLS_FILE" in runs
+    assert re.search(
+        r"--parallelism N +Concurrent tasks \(at most 10,000\)\.  \[default: 100\]", runs
+    )
+    assert "  Fetch a URL list into a content-addressed store (gofetch): bodies" in every[()]

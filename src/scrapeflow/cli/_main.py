@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Any
 
 import typer
+from typer import _click as click
 
 from scrapeflow.cli import bank, demo, fetch, run, sandbox, serve, status, worker
 from scrapeflow.cli._common import (
@@ -26,8 +27,9 @@ from scrapeflow.cli._common import (
     RootOptions,
     fail,
 )
+from scrapeflow.cli._help import plain_help
 
-__all__ = ["app", "main"]
+__all__ = ["app", "command", "main"]
 
 _GLOBAL_OPTIONS = """\b
 Global options, before the command:
@@ -101,7 +103,9 @@ def main(argv: Sequence[str] | None = None) -> None:
             print_root_help()
             code = 0 if args else EXIT_BAD_INPUT
         else:
-            code = app(args=args, obj=options, standalone_mode=False)
+            code = command().main(
+                args=args, prog_name="scrapeflow", obj=options, standalone_mode=False
+            )
     except typer.Exit as done:
         code = done.exit_code
     except BrokenPipeError:  # `scrapeflow status DIR | head`
@@ -122,11 +126,16 @@ def _version() -> str:
         return "(not installed)"
 
 
+def command() -> click.Command:
+    """The click command typer makes of :data:`app`, its help in words (see ``_help``)."""
+    return plain_help(typer.main.get_command(app))
+
+
 def print_root_help() -> None:
     """The root command's help: its commands and the global options."""
-    command = typer.main.get_command(app)
-    with command.make_context("scrapeflow", [], resilient_parsing=True) as ctx:
-        typer.echo(command.get_help(ctx))
+    root = command()
+    with root.make_context("scrapeflow", [], resilient_parsing=True) as ctx:
+        typer.echo(root.get_help(ctx))
 
 
 def _report(exc: Exception) -> int:
