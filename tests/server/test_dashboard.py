@@ -5,12 +5,18 @@ the API's words; a customer's name is text, never markup; the page talks to no o
 logs no error. And the routes themselves: security headers, caching, every script module
 served, no path traversal.
 
+The other ``test_dashboard_*.py`` files test the operator's work (the customer book at scale,
+one-time codes and live progress, changes, the ledger) with the kit defined here: one service
+and one browser per module (``book_service``, ``book_browser``), pages in a zone of their own.
+
 ``SCRAPEFLOW_SCREENSHOT=<file.png>`` saves a full-page screenshot (1280 wide) after the update,
-of a service with its daily schedule on.
+of a service with its daily schedule on; the other files save theirs beside it
+(``<file>-code.png``…).
 """
 
 from __future__ import annotations
 
+import contextlib
 import http.client
 import os
 import re
@@ -22,17 +28,18 @@ from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
+from pathlib import Path
 from urllib.parse import urlsplit
 
 import httpx
 import pytest
 from playwright.sync_api import Browser, ConsoleMessage, Page, Request, expect, sync_playwright
 
-from scrapeflow.sandbox import Sandbox
+from scrapeflow.sandbox import Sandbox, SandboxConfig
 from scrapeflow.server.routes.dashboard import load_static
 from tests._servers import unavailable
 
-from .conftest import BANKS, Service, start_service, stop_service
+from .conftest import BANKS, Service, service_env, start_service, stop_service
 
 WIDTH = 1280
 PAGE = 25  # movements the page shows at first, and adds per "More"
@@ -40,19 +47,88 @@ PAGE = 25  # movements the page shows at first, and adds per "More"
 SCREENSHOT = os.environ.get("SCRAPEFLOW_SCREENSHOT")
 
 
-@pytest.fixture
-def browser(service: Service) -> Iterator[Browser]:
-    """Headless Chromium (Debian's). Started after the service: the service's fixture runs an
-    event loop of its own, which Playwright's sync API forbids once it runs in this thread."""
-    chromium = shutil.which("chromium") or shutil.which("chromium-browser")
-    if chromium is None:
+ZONE = "America/New_York"
+"""The zone of the pages of the other dashboard files: not the machine's, so a time shown in it
+was converted and says so (EST or EDT)."""
+
+
+def chromium() -> Iterator[Browser]:
+    """Headless Chromium (Debian's)."""
+    found = shutil.which("chromium") or shutil.which("chromium-browser")
+    if found is None:
         unavailable("chromium is not installed")
     with sync_playwright() as playwright:
-        launched = playwright.chromium.launch(executable_path=chromium)
+        launched = playwright.chromium.launch(executable_path=found)
         try:
             yield launched
         finally:
             launched.close()
+
+
+@pytest.fixture
+def browser(service: Service) -> Iterator[Browser]:
+    """Started after the service: the service's fixture runs an event loop of its own, which
+    Playwright's sync API forbids once it runs in this thread."""
+    yield from chromium()
+
+
+def shown_money(amount: str, currency: str) -> str:
+    """An amount as the page shows it: thousands grouped, the API's decimals, the currency."""
+    sign, digits = ("-", amount[1:]) if amount.startswith("-") else ("", amount)
+    whole, dot, fraction = digits.partition(".")
+    return f"{sign}{int(whole):,}{dot}{fraction} {currency}"
+
+
+# -- one service and one browser per module, for the other dashboard files --------------------
+
+
+@pytest.fixture(scope="module")
+def book_sandbox() -> Iterator[Sandbox]:
+    """The sandbox of a module's service (as ``sandbox``, for every test of the module)."""
+    config = SandboxConfig(hostility="none", latency_ms=(0, 2), customers=1000)
+    with Sandbox.in_thread(config) as running:
+        yield running
+
+
+@pytest.fixture(scope="module")
+def book_service(
+    request: pytest.FixtureRequest,
+    tmp_path_factory: pytest.TempPathFactory,
+    book_sandbox: Sandbox,
+) -> Iterator[Service]:
+    """One service for the module: its customers ``cust-N`` for the module's ``CUSTOMERS``
+    (default 1, 2, 3), after its ``prepare_database(path)`` (if any) ran on the SQLite file."""
+    tmp_path = tmp_path_factory.mktemp("dashboard")
+    db_url = f"sqlite+aiosqlite:///{tmp_path / 'service.db'}"
+    customers = list(getattr(request.module, "CUSTOMERS", [1, 2, 3]))
+    with pytest.MonkeyPatch.context() as clean:  # the autouse clean_environ is per test
+        for name in list(os.environ):
+            if name.startswith("SCRAPEFLOW_") or name.upper().endswith("_PROXY"):
+                clean.delenv(name)
+        env = service_env(tmp_path, book_sandbox, db_url, customers=customers, backend="embedded")
+    prepare = getattr(request.module, "prepare_database", None)
+    if prepare is not None:
+        prepare(tmp_path / "service.db")
+    process, url = start_service(env)
+    running = Service(url, env, db_url, process)
+    try:
+        yield running
+    finally:
+        stop_service(running.process)
+
+
+@pytest.fixture(scope="module")
+def book_browser(book_service: Service) -> Iterator[Browser]:
+    """Chromium for the module, started after its service (see ``browser``)."""
+    yield from chromium()
+
+
+def screenshot_path(suffix: str) -> str | None:
+    """Where a file's screenshot goes: beside ``SCRAPEFLOW_SCREENSHOT``, named with ``suffix``."""
+    if not SCREENSHOT:
+        return None
+    base = Path(SCREENSHOT)
+    return str(base.with_name(f"{base.stem}-{suffix}{base.suffix}"))
 
 
 @dataclass
@@ -102,8 +178,19 @@ def api_client(service: Service, *scopes: str, customer: str | None = None) -> h
     return service.client(*scopes, customer=customer)
 
 
-def visit(browser: Browser, service: Service) -> Visit:
-    page = browser.new_page(viewport={"width": WIDTH, "height": 900})
+@contextlib.contextmanager
+def visiting(browser: Browser, service: Service, *, zone: str = ZONE) -> Iterator[Visit]:
+    """``visit`` in ``zone``, the page closed at exit (its event stream with it)."""
+    seen = visit(browser, service, zone=zone)
+    try:
+        yield seen
+    finally:
+        seen.page.close()
+
+
+def visit(browser: Browser, service: Service, *, zone: str | None = None) -> Visit:
+    """A new page on the dashboard (in ``zone``, else the machine's), at its sign-in form."""
+    page = browser.new_page(viewport={"width": WIDTH, "height": 900}, timezone_id=zone)
     seen = Visit(page, service.url)
     page.on("console", seen.on_console)
     page.on("pageerror", lambda error: seen.errors.append(f"uncaught: {error}"))
@@ -142,6 +229,9 @@ def test_update_a_customer_and_watch_it_reach_all_updated(
     seen.sign_in(token)
 
     expect(page.locator("#customers button")).to_have_count(3)
+    # No customer picked, no stream: the indicator says so, not that something is broken.
+    expect(page.locator("#live")).to_have_text("no customer picked: no live stream")
+    expect(page.locator("#live")).to_have_attribute("data-state", "idle")
     page.click("#customers button[data-customer='cust-1']")
     expect(page.locator("#customer-id")).to_have_text("cust-1")
     expect(page.locator("#accesses tbody tr")).to_have_count(len(BANKS))
@@ -173,9 +263,9 @@ def test_update_a_customer_and_watch_it_reach_all_updated(
     expect(page.locator("#movements tbody tr")).to_have_count(PAGE)
     first = newest["movements"][0]
     amount = page.locator("#movements tbody tr").first.locator("td").nth(3)
-    expect(amount).to_have_text(f"{first['amount']} {first['currency']}")
+    expect(amount).to_have_text(shown_money(first["amount"], first["currency"]))
     balances = page.locator("#accounts tbody td:nth-child(4)").all_text_contents()
-    assert sorted(balances) == sorted(f"{a['balance']} {a['currency']}" for a in accounts)
+    assert sorted(balances) == sorted(shown_money(a["balance"], a["currency"]) for a in accounts)
     assert page.locator("#live").get_attribute("data-last-event-id")  # events came over SSE
     expect(page.locator("#customers button[data-customer='cust-1'] .badge")).to_have_text(
         "all updated"

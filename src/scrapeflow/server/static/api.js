@@ -45,18 +45,48 @@ export async function problemOf(response) {
   return new ApiError(response.status, detail);
 }
 
-/** The JSON body of `path`, or an ApiError. */
-export async function api(path, { method = "GET", signal } = {}) {
+/** The JSON body of `path` (null for a 204), or an ApiError. `body` is sent as JSON. */
+export async function api(path, { method = "GET", body, signal } = {}) {
+  const headers = authHeaders(body === undefined ? {} : { "Content-Type": "application/json" });
   const response = await fetch(path, {
-    method, headers: authHeaders(), signal, cache: "no-store", credentials: "omit",
+    method, headers, signal, cache: "no-store", credentials: "omit",
+    body: body === undefined ? undefined : JSON.stringify(body),
   });
   if (!response.ok) {
     const error = await problemOf(response);
     noteRefusal(error);
     throw error;
   }
-  return response.json();
+  return response.status === 204 ? null : response.json();
+}
+
+/**
+ * Download `path` (a file the API answers as an attachment) and hand it to the browser to
+ * save, under the name the API gives. The key travels in a header, so a plain link cannot do.
+ */
+export async function download(path, fallbackName) {
+  const response = await fetch(path, {
+    headers: authHeaders({ Accept: "*/*" }), cache: "no-store", credentials: "omit",
+  });
+  if (!response.ok) {
+    const error = await problemOf(response);
+    noteRefusal(error);
+    throw error;
+  }
+  const disposition = response.headers.get("Content-Disposition") ?? "";
+  const named = /filename="([^"]+)"/.exec(disposition);
+  const url = URL.createObjectURL(await response.blob());
+  const link = Object.assign(document.createElement("a"), {
+    href: url, download: named ? named[1] : fallbackName,
+  });
+  document.body.append(link);
+  link.click();
+  link.remove();
+  setTimeout(() => URL.revokeObjectURL(url), 60000);
 }
 
 /** URL path segments, each percent-encoded: an id never changes the path's shape. */
 export const path = (...parts) => parts.map(encodeURIComponent).join("/");
+
+/** A customer's path, and below it: customerPath("ana", "accesses", 3) → /v1/customers/ana/accesses/3 */
+export const customerPath = (id, ...rest) => `/v1/customers/${path(id, ...rest.map(String))}`;

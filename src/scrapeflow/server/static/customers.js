@@ -1,254 +1,193 @@
-// The customer list and the selected customer: its banks, an update ("refresh") and its
-// progress, live over the customer's event stream.
+// The customer list: a page at a time, searched and filtered by the API (it may hold tens of
+// thousands: the page never asks for more than one page), with how each customer's last
+// refresh went, and the counts per outcome as tiles and filter chips.
 
-import { api, path } from "./api.js";
-import { $, badge, cell, degrade, el, fillRows, load, note, when } from "./dom.js";
-import { loadJobs } from "./jobs.js";
-import { loadAccounts, loadMovements } from "./ledger.js";
-import { loadStats } from "./service.js";
-import { follow } from "./sse.js";
+import { api } from "./api.js";
+import { openDialog } from "./dialog.js";
+import { $, badge, el, load } from "./dom.js";
+import { count, when } from "./format.js";
 
-// The selected customer: { customer, status, cursor, stream, awaiting, live, timers }.
-let view = null;
+const PAGE = 50;
+const SEARCH_DELAY_MS = 300;
 
-const isCurrent = (selected) => view === selected;
+/** How each outcome reads, in the order the tiles and chips show them. */
+export const OUTCOMES = {
+  needs_action: "needs action", failed: "failed", partial: "partly updated",
+  succeeded: "all updated", none: "never refreshed",
+};
 
-export const hasSelection = () => view !== null;
+// What is listed: the search, the outcomes kept, and the cursors of the pages seen so far
+// (the API gives a "next" cursor only: Back goes down this stack).
+const list = {
+  q: "", outcomes: new Set(), cursors: [null], index: 0, selected: null,
+  request: null, onPick: () => {},
+};
 
-/** Stop following the selected customer (signing out). */
-export function forgetSelection() {
-  view?.stream?.abort();
-  view = null;
+/** Wire the list's controls; `onPick(id, name)` opens a customer. */
+export function initCustomers({ onPick }) {
+  list.onPick = onPick;
+  let typing = null;
+  $("customer-search").addEventListener("input", () => {
+    clearTimeout(typing);
+    typing = setTimeout(() => {
+      list.q = $("customer-search").value.trim();
+      firstPage();
+    }, SEARCH_DELAY_MS);
+  });
+  $("customers-next").addEventListener("click", () => {
+    if (!list.cursors[list.index + 1]) return;
+    list.index += 1;
+    loadCustomers();
+  });
+  $("customers-back").addEventListener("click", () => {
+    if (list.index === 0) return;
+    list.index -= 1;
+    loadCustomers();
+  });
+  $("customer-add").addEventListener("click", addCustomer);
 }
 
+function firstPage() {
+  list.cursors = [null];
+  list.index = 0;
+  loadCustomers();
+}
+
+/** Keep only customers whose last refresh ended `outcome` (null: every customer). */
+export function filterBy(outcome) {
+  list.outcomes = new Set(outcome ? [outcome] : []);
+  list.q = "";
+  $("customer-search").value = "";
+  firstPage();
+}
+
+function toggle(outcome) {
+  if (list.outcomes.has(outcome)) list.outcomes.delete(outcome);
+  else list.outcomes.add(outcome);
+  firstPage();
+}
+
+/** The current page again (after a change), or the first page of the current filters. */
 export async function loadCustomers() {
+  list.request?.abort();
+  const request = new AbortController();
+  list.request = request;
   await load("customers-panel", async () => {
-    const customers = await api("/v1/customers");
-    $("customers-count").textContent = `${customers.length}`;
-    const items = customers.map((customer) => el("li", {}, customerButton(customer)));
-    if (items.length === 0) items.push(el("li", { className: "muted", text: "No customers yet." }));
-    $("customers").replaceChildren(...items);
+    const query = new URLSearchParams({ limit: String(PAGE) });
+    if (list.q) query.set("q", list.q);
+    for (const outcome of list.outcomes) query.append("outcome", outcome);
+    const cursor = list.cursors[list.index];
+    if (cursor) query.set("cursor", cursor);
+    const page = await api(`/v1/customers?${query}`, { signal: request.signal });
+    if (list.request !== request) return;
+    list.cursors[list.index + 1] = page.next_cursor;
+    list.cursors.length = list.index + 2;
+    render(page);
   });
+}
+
+function render(page) {
+  const first = list.index * PAGE;
+  const shown = page.customers.length;
+  $("customers-range").textContent = shown
+    ? `${count(first + 1)}–${count(first + shown)} of ${count(page.total)}`
+    : `0 of ${count(page.total)}`;
+  $("customers-back").disabled = list.index === 0;
+  $("customers-next").disabled = !page.next_cursor;
+  const items = page.customers.map((customer) => el("li", {}, customerButton(customer)));
+  if (items.length === 0) {
+    const filtered = list.q || list.outcomes.size;
+    items.push(el("li", { className: "muted empty", text: filtered ? "No customer matches." : "No customers yet." }));
+  }
+  $("customers").replaceChildren(...items);
+  renderChips(page.outcomes);
+  if (!list.q) renderTiles(page.outcomes);
 }
 
 function customerButton(customer) {
+  const outcome = customer.outcome ?? "none";
+  const state = customer.state === "in_progress"
+    ? badge("in_progress", "updating")
+    : badge(outcome, OUTCOMES[outcome]);
+  const refreshed = customer.last_refresh_at
+    ? `refreshed ${when(customer.last_refresh_at)}` : "never refreshed";
   const button = el(
     "button",
-    {},
-    el("span", { className: "who" }, el("span", { text: customer.name || customer.id }),
-      el("span", { text: customer.id })),
-    customerBadge(customer),
+    { className: `outcome-${outcome}` },
+    el("span", { className: "who" },
+      el("span", { className: "name", text: customer.name || customer.id }),
+      el("span", { className: "id", text: customer.id }),
+      el("span", { className: "refreshed", text: refreshed })),
+    state,
   );
   button.type = "button";
   button.dataset.customer = customer.id;
-  button.setAttribute("aria-current", String(view?.customer === customer.id));
-  button.addEventListener("click", () => selectCustomer(customer.id, customer.name));
+  button.dataset.outcome = outcome;
+  button.setAttribute("aria-current", String(list.selected === customer.id));
+  button.addEventListener("click", () => list.onPick(customer.id, customer.name));
   return button;
 }
 
-// A finished refresh says how it went (green only when every access was read); one under way
-// says so.
-const OUTCOMES = {
-  succeeded: "all updated", partial: "partly updated", needs_action: "needs action",
-  failed: "failed",
-};
-
-function customerBadge(customer) {
-  if (customer.state === "all_updated" && customer.outcome) {
-    return badge(customer.outcome, OUTCOMES[customer.outcome]);
-  }
-  return badge(customer.state);
-}
-
-function markSelected() {
+/** Mark `customer` as the one open (null: none). */
+export function markSelected(customer) {
+  list.selected = customer;
   for (const button of $("customers").querySelectorAll("button")) {
-    button.setAttribute("aria-current", String(button.dataset.customer === view?.customer));
+    button.setAttribute("aria-current", String(button.dataset.customer === customer));
   }
 }
 
-async function selectCustomer(customer, name) {
-  view?.stream?.abort();
-  const selected = {
-    customer, status: null, cursor: null, stream: new AbortController(), awaiting: false,
-    live: { jobId: null, accesses: new Map() }, timers: {},
+function renderChips(outcomes) {
+  const all = Object.values(outcomes).reduce((a, b) => a + b, 0);
+  const chip = (outcome, label, n, onClick) => {
+    const node = el("button", { className: `chip outcome-${outcome ?? "all"}` },
+      el("span", { text: label }), el("span", { className: "n", text: count(n) }));
+    node.type = "button";
+    node.dataset.outcome = outcome ?? "all";
+    const pressed = outcome ? list.outcomes.has(outcome) : list.outcomes.size === 0;
+    node.setAttribute("aria-pressed", String(pressed));
+    node.addEventListener("click", onClick);
+    return node;
   };
-  view = selected;
-  markSelected();
-  $("pick-customer").hidden = true;
-  $("customer-name").textContent = name || customer;
-  $("customer-id").textContent = customer;
-  for (const table of ["accesses", "accounts", "movements"]) fillRows(table, [], "Loading…");
-  for (const panel of ["customer-panel", "accounts-panel", "movements-panel"]) {
-    $(panel).hidden = false;
-    note(panel, null);
-  }
-  await Promise.all([loadStatus(selected), ...loadLedger(selected)]);
-  if (isCurrent(selected)) followEvents(selected);
-}
-
-const loadLedger = (selected) => {
-  const current = () => isCurrent(selected);
-  return [loadAccounts(selected, current), loadMovements(selected, current)];
-};
-
-/** The next page of the selected customer's movements. */
-export function loadMoreMovements() {
-  const selected = view;
-  if (selected) loadMovements(selected, () => isCurrent(selected), { more: true });
-}
-
-// ------------------------------------------------------------------- status and refresh
-
-async function loadStatus(selected) {
-  await load("customer-panel", async () => {
-    const status = await api(`/v1/customers/${path(selected.customer)}/status`);
-    if (!isCurrent(selected)) return;
-    selected.status = status;
-    if (status.refresh_job) selected.awaiting = true;
-    renderProgress(selected);
-    if (selected.awaiting && !status.refresh_job && !anyInProgress(status)) {
-      selected.awaiting = false; // the refresh has ended: show what it stored
-      await Promise.all([...loadLedger(selected), loadCustomers(), loadJobs()]);
-    }
-  });
-}
-
-const anyInProgress = (status) => status.accesses.some((a) => a.state === "in_progress");
-
-function refreshLabel(status) {
-  const job = status.refresh_job;
-  if (job) {
-    const done = job.progress?.accesses_done ?? 0;
-    const doing = job.state === "queued" ? "queued" : "updating";
-    return [job.state, `${doing} · ${done}/${status.accesses.length} banks`];
-  }
-  if (status.outcome && (status.all_updated || status.outcome === "failed")) {
-    return [status.outcome, OUTCOMES[status.outcome]];
-  }
-  if (status.all_updated) return ["all_updated", "all updated"];
-  return [status.state, status.state.replaceAll("_", " ")];
-}
-
-function renderProgress(selected) {
-  const status = selected.status;
-  const [state, text] = refreshLabel(status);
-  $("refresh-state").replaceWith(Object.assign(badge(state, text), { id: "refresh-state" }));
-  $("refresh").disabled = Boolean(status.refresh_job);
-  // While a refresh runs, its events say more than the stored counts: batches as they land.
-  const live = (access) => (status.refresh_job ? selected.live.accesses.get(access.access_id) : null);
-  const rows = status.accesses.map((access) => accessRow(access, live(access)));
-  fillRows("accesses", rows, "This customer has no bank access.");
-}
-
-function accessRow(access, live) {
-  const running = live && !live.result;
-  const state = running ? "in_progress" : access.state;
-  const result = live?.result ?? access.result;
-  return el(
-    "tr",
-    {},
-    cell(access.bank),
-    cell(access.login, "mono"),
-    cell(badge(state)),
-    cell(String(live ? live.accounts : access.accounts), "num"),
-    cell(String(live ? live.movements : access.movements), "num"),
-    cell(result ? badge(result) : "—"),
-    cell(when(access.finished_at), "nowrap"),
+  $("outcome-chips").replaceChildren(
+    chip(null, "all", all, () => { list.outcomes.clear(); firstPage(); }),
+    ...Object.entries(OUTCOMES).map(([outcome, label]) =>
+      chip(outcome, label, outcomes[outcome] ?? 0, () => toggle(outcome))),
   );
 }
 
-/** Ask the API to update the selected customer (its "Update" button). */
-export async function startRefresh() {
-  const selected = view;
-  if (!selected) return;
-  $("refresh").disabled = true;
-  try {
-    const job = await api(`/v1/customers/${path(selected.customer)}/refresh`, { method: "POST" });
-    if (!isCurrent(selected)) return;
-    selected.awaiting = true;
-    trackJob(selected, job.id);
-    note("customer-panel", null);
-  } catch (error) {
-    if (!isCurrent(selected)) return;
-    $("refresh").disabled = false;
-    degrade("customer-panel", error);
-    return;
-  }
-  await Promise.all([loadStatus(selected), loadJobs()]);
-}
-
-function trackJob(selected, jobId) {
-  if (selected.live.jobId !== jobId) {
-    selected.live = { jobId, accesses: new Map() };
-  }
-}
-
-// ------------------------------------------------------------------- live progress
-
-function followEvents(selected) {
-  return follow(`/v1/customers/${path(selected.customer)}/events`, {
-    signal: selected.stream.signal,
-    onEvent: (event) => onEvent(selected, event),
-    onState: (state, text) => setLive(state, text),
-    onRefused: (error) => setLive("off", `live updates unavailable: ${error.detail}`),
-  });
-}
-
-function onEvent(selected, message) {
-  let data;
-  try {
-    data = JSON.parse(message.data);
-  } catch {
-    return;
-  }
-  setLive("live", "live", message.id);
-  const live = selected.live;
-  const access = (id) => {
-    if (!live.accesses.has(id)) live.accesses.set(id, { accounts: 0, movements: 0, result: null });
-    return live.accesses.get(id);
+function renderTiles(outcomes) {
+  const all = Object.values(outcomes).reduce((a, b) => a + b, 0);
+  const tile = (outcome, label, n) => {
+    const node = el("button", { className: `tile outcome-${outcome ?? "all"}` },
+      el("div", { className: "label", text: label }),
+      el("div", { className: "value", text: count(n) }));
+    node.type = "button";
+    node.dataset.outcome = outcome ?? "all";
+    node.addEventListener("click", () => filterBy(outcome));
+    return node;
   };
-  const ofThisJob = data.job_id && data.job_id === live.jobId;
-  switch (message.type) {
-    case "job.queued":
-    case "job.running":
-    case "bank.refresh_started":
-      if (data.kind === "bank.refresh" || message.type === "bank.refresh_started") {
-        trackJob(selected, data.job_id);
-        selected.awaiting = true;
-      }
-      break;
-    case "bank.accounts":
-      if (ofThisJob && data.access_id != null) access(data.access_id).accounts += data.count ?? 0;
-      break;
-    case "bank.movements":
-      if (ofThisJob && data.access_id != null) access(data.access_id).movements += data.count ?? 0;
-      break;
-    case "bank.access_finished":
-      if (ofThisJob && data.access_id != null) {
-        access(data.access_id).result = data.result_code ?? "done";
-      }
-      break;
-    default:
-      break;
-  }
-  if (selected.status && isCurrent(selected)) renderProgress(selected);
-  // The stored status is the truth: read it again once the burst of events settles.
-  later(selected, "status", 250, () => loadStatus(selected));
-  if (message.type.startsWith("job.")) {
-    later(selected, "jobs", 250, () => Promise.all([loadJobs(), loadStats()]));
-  }
+  $("outcome-tiles").replaceChildren(
+    tile(null, "customers", all),
+    ...Object.entries(OUTCOMES).map(([outcome, label]) => tile(outcome, label, outcomes[outcome] ?? 0)),
+  );
+  $("overview-panel").hidden = false;
 }
 
-function later(selected, name, ms, task) {
-  clearTimeout(selected.timers[name]);
-  selected.timers[name] = setTimeout(() => {
-    if (isCurrent(selected)) task();
-  }, ms);
-}
-
-function setLive(state, text, lastId = null) {
-  const live = $("live");
-  live.dataset.state = state;
-  live.textContent = text;
-  if (lastId !== null) live.dataset.lastEventId = lastId;
+function addCustomer() {
+  openDialog({
+    title: "Add a customer",
+    message: "Its id is how the API names it (1 to 64 characters, no /); the name is for people.",
+    fields: [
+      { name: "id", label: "Id", placeholder: "ana" },
+      { name: "name", label: "Name", placeholder: "Ana Pérez" },
+    ],
+    submit: "Add customer",
+    action: async ({ id, name }) => {
+      const made = await api("/v1/customers", { method: "POST", body: { id: id.trim(), name: name.trim() } });
+      $("customer-search").value = made.id;
+      list.q = made.id;
+      firstPage();
+      list.onPick(made.id, made.name);
+    },
+  });
 }

@@ -1,17 +1,19 @@
 // The scrapeflow dashboard: plain ES modules, no framework, no build step.
 //
 // The page holds no data. Everything comes from the JSON API (api.js), sent with the API key
-// the user pastes. Each panel loads and fails alone: customers.js (the list and the selected
-// customer's banks and live progress), ledger.js (its accounts and movements), jobs.js,
-// service.js (the service's numbers and daily schedule). This module signs in and out and
-// keeps the panels fresh.
+// the user pastes. Each panel loads and fails alone: customers.js (the list, a page at a time),
+// customer.js (the selected customer, its banks in accesses.js, live progress in live.js),
+// ledger.js (its accounts and movements), jobs.js, service.js (the service's numbers and
+// daily schedule); dialog.js asks before a change. This module signs in and out and keeps the
+// panels fresh.
 
 import { ApiError, KEY_STORAGE, api, onKeyRefused, session } from "./api.js";
-import {
-  forgetSelection, hasSelection, loadCustomers, loadMoreMovements, startRefresh,
-} from "./customers.js";
+import { forgetSelection, initCustomer, selectCustomer } from "./customer.js";
+import { initCustomers, loadCustomers } from "./customers.js";
+import { initDialog } from "./dialog.js";
 import { $ } from "./dom.js";
 import { loadJobs } from "./jobs.js";
+import { initLedger } from "./ledger.js";
 import { loadSchedule, loadStats } from "./service.js";
 
 const POLL_MS = 15000;
@@ -21,7 +23,7 @@ async function signIn(key) {
   session.key = key;
   $("login-submit").disabled = true;
   try {
-    await api("/v1/customers");
+    await api("/v1/customers?limit=1");
   } catch (error) {
     // A valid key without the read scope still signs in: its panels say what it lacks.
     if (!(error instanceof ApiError) || error.status === 401 || error.status === 429) {
@@ -74,7 +76,7 @@ function poll() {
   loadJobs();
   loadStats();
   loadSchedule();
-  if (!hasSelection()) loadCustomers();
+  loadCustomers();
 }
 
 function start() {
@@ -88,9 +90,11 @@ function start() {
     if (key) signIn(key);
   });
   $("logout").addEventListener("click", () => signOut());
-  $("refresh").addEventListener("click", startRefresh);
-  $("movements-more").addEventListener("click", loadMoreMovements);
   $("jobs-reload").addEventListener("click", loadJobs);
+  initDialog();
+  initCustomers({ onPick: selectCustomer });
+  initCustomer();
+  initLedger();
 
   const message = sessionStorage.getItem(`${KEY_STORAGE}.message`);
   sessionStorage.removeItem(`${KEY_STORAGE}.message`);

@@ -1,8 +1,11 @@
 // Building the page. Data reaches the DOM as text only (textContent, or strings passed to
-// append(), which makes text nodes), never as HTML. Money is shown exactly as the API writes
-// it (a decimal string); it is never turned into a number.
+// append(), which makes text nodes), never as HTML. Money is shown with the API's decimals
+// (a decimal string, grouped by format.js); it is never turned into a float.
 
 import { ApiError } from "./api.js";
+import { moneyText, when } from "./format.js";
+
+export { when };
 
 const BADGES = {
   all_updated: "ok", succeeded: "ok", success: "ok", enabled: "ok",
@@ -31,18 +34,25 @@ export function badge(state, text = null) {
 
 export function money(amount, currency) {
   if (amount === null || amount === undefined) return el("span", { className: "muted", text: "—" });
-  const text = String(amount);
-  const sign = text.startsWith("-") ? " negative" : "";
-  return el("span", { className: `money${sign}`, text: `${text} ${currency ?? ""}`.trim() });
+  const sign = String(amount).startsWith("-") ? " negative" : "";
+  return el("span", { className: `money${sign}`, text: moneyText(amount, currency) });
 }
 
-export function when(iso) {
-  if (!iso) return "—";
-  const at = new Date(iso);
-  if (Number.isNaN(at.getTime())) return String(iso);
-  const two = (n) => String(n).padStart(2, "0");
-  return `${at.getFullYear()}-${two(at.getMonth() + 1)}-${two(at.getDate())} `
-    + `${two(at.getHours())}:${two(at.getMinutes())}:${two(at.getSeconds())}`;
+export function button(text, onClick, className = "button small") {
+  const node = el("button", { className, text });
+  node.type = "button";
+  node.addEventListener("click", onClick);
+  return node;
+}
+
+/** An instant in two lines: its date, then its time with the zone. */
+export function whenCell(iso) {
+  const shown = when(iso);
+  const split = shown.indexOf(" ");
+  const td = el("td", { className: "when", title: shown });
+  if (!iso || split < 0) td.append(shown);
+  else td.append(el("span", { text: shown.slice(0, split) }), el("span", { className: "sub", text: shown.slice(split + 1) }));
+  return td;
 }
 
 export function cell(content, className = "") {
@@ -74,8 +84,19 @@ export function note(panel, text) {
 // that the service could not be reached; the other panels carry on.
 export function degrade(panel, error) {
   $(panel).hidden = false;
-  if (error instanceof ApiError) note(panel, error.detail);
-  else note(panel, `could not reach the service (${error.message})`);
+  note(panel, reason(error));
+}
+
+/** What went wrong, for the user: the API's own words, or that it could not be reached. */
+export function reason(error) {
+  if (error instanceof ApiError) return error.detail;
+  return `could not reach the service (${error.message})`;
+}
+
+/** Show `text` in the error line `id` (hidden when null). */
+export function say(id, text) {
+  $(id).textContent = text ?? "";
+  $(id).hidden = !text;
 }
 
 /** Run `loader`, which fills `panel`; on failure the panel says why. */

@@ -4,6 +4,7 @@
 
 import { api } from "./api.js";
 import { $, badge, el, load, when } from "./dom.js";
+import { count } from "./format.js";
 
 export async function loadSchedule() {
   await load("schedule-panel", async () => {
@@ -61,7 +62,7 @@ export async function loadStats() {
 function tile([label, value, detail]) {
   return el("div", { className: "tile" },
     el("div", { className: "label", text: label }),
-    el("div", { className: "value", text: value ?? "—" }),
+    el("div", { className: "value", text: typeof value === "number" ? count(value) : value ?? "—" }),
     el("div", { className: "detail-line", text: detail }));
 }
 

@@ -1,0 +1,194 @@
+// The selected customer's bank accesses: one row each, live while a job works on it, with
+// what an operator does to an access (its one-time code, its password, disable or enable it,
+// erase it) and adding one. Every change is the API's: a refusal is shown where it was asked.
+
+import { api, customerPath } from "./api.js";
+import { openDialog } from "./dialog.js";
+import { badge, button, cell, el, reason, whenCell } from "./dom.js";
+import { count } from "./format.js";
+import { progressOf } from "./live.js";
+
+/** The banks this service has scrapers for, offered when adding an access (any may be typed:
+ * the API's refusal of an unknown bank lists the banks it knows). */
+const KNOWN_BANKS = ["apibank", "formbank", "legacybank"];
+
+const named = (access) => `${access.bank} · ${access.login}`;
+
+/**
+ * The rows of `selected`'s accesses. `hooks`: { changed(what), codeSent(access, job) }, called
+ * after a change was accepted.
+ */
+export function accessRows(selected, hooks) {
+  const rows = [];
+  for (const access of selected.status.accesses) {
+    const live = progressOf(selected.job, access);
+    rows.push(live ? liveRow(selected, access, live) : restingRow(selected, access, hooks));
+    if (!live && access.enabled && access.result === "two_factor_required") {
+      rows.push(codeRow(selected, access, hooks));
+    }
+  }
+  return rows;
+}
+
+function liveRow(selected, access, live) {
+  const stored = access.result === live.result && !access.state.includes("progress");
+  const state = live.result ? "finished" : selected.job.phase === "queued" ? "queued" : "in_progress";
+  const row = el(
+    "tr",
+    { className: "live-row" },
+    cell(access.bank),
+    cell(access.login, "mono"),
+    cell(badge(state, state === "finished" ? "finished" : null)),
+    cell(count(live.accounts), "num"),
+    cell(count(live.movements), "num"),
+    cell(live.result ? result(live.result, stored ? access.detail : null) : "—"),
+    live.result && stored ? whenCell(access.finished_at) : cell("—"),
+    el("td"),
+  );
+  row.dataset.access = String(access.access_id);
+  return row;
+}
+
+function restingRow(selected, access, hooks) {
+  const row = el(
+    "tr",
+    { className: access.enabled ? "" : "disabled" },
+    cell(access.bank),
+    cell(access.login, "mono"),
+    cell(access.enabled ? badge(access.state) : badge("disabled")),
+    cell(count(access.accounts), "num"),
+    cell(count(access.movements), "num"),
+    cell(access.result ? result(access.result, access.detail) : "—"),
+    whenCell(access.finished_at),
+    el("td", { className: "row-actions" },
+      button("Password", () => changePassword(selected, access, hooks)),
+      access.enabled
+        ? button("Disable", () => enable(selected, access, false, hooks))
+        : button("Enable", () => enable(selected, access, true, hooks)),
+      button("Delete", () => erase(selected, access, hooks), "button small danger")),
+  );
+  row.dataset.access = String(access.access_id);
+  return row;
+}
+
+function result(code, detail) {
+  const shown = el("span", {}, badge(code));
+  if (detail) shown.append(el("span", { className: "sub detail", text: detail }));
+  return shown;
+}
+
+// ------------------------------------------------------------------- the one-time code
+
+function codeRow(selected, access, hooks) {
+  const input = el("input");
+  Object.assign(input, {
+    type: "text", inputMode: "numeric", autocomplete: "one-time-code", required: true,
+    placeholder: "code", maxLength: 12, name: "code",
+  });
+  input.setAttribute("aria-label", `one-time code for ${named(access)}`);
+  const error = el("p", { className: "error" });
+  error.setAttribute("role", "alert");
+  error.hidden = true;
+  const form = el(
+    "form",
+    { className: "code-form" },
+    el("span", { className: "asks" },
+      el("strong", { text: `${access.bank} asks for a one-time code` }),
+      el("span", { className: "bank-says", text: access.detail || "the bank sent a code" })),
+    input,
+    Object.assign(el("button", { className: "button small primary", text: "Send code" }), { type: "submit" }),
+    error,
+  );
+  form.addEventListener("submit", async (event) => {
+    event.preventDefault();
+    const code = input.value.trim();
+    input.value = ""; // a code is used once: it never stays in the page
+    if (!code) return;
+    try {
+      const path = customerPath(selected.customer, "accesses", access.access_id, "otp");
+      const job = await api(path, { method: "POST", body: { code } });
+      hooks.codeSent(access, job);
+    } catch (failure) {
+      error.textContent = reason(failure);
+      error.hidden = false;
+    }
+  });
+  const td = el("td", {}, form);
+  td.colSpan = 8;
+  const row = el("tr", { className: "code-row" }, td);
+  row.dataset.codeFor = String(access.access_id);
+  return row;
+}
+
+// ------------------------------------------------------------------- changes
+
+function changePassword(selected, access, hooks) {
+  openDialog({
+    title: `Change the password of ${named(access)}`,
+    message: "The new password is encrypted at once and never shown again. What the bank "
+      + "kept of the old login (a session waiting for a code) is dropped.",
+    fields: [{ name: "password", label: "New password", type: "password", autocomplete: "new-password" }],
+    submit: "Change password",
+    action: async ({ password }) => {
+      await api(customerPath(selected.customer, "accesses", access.access_id), {
+        method: "PATCH", body: { password },
+      });
+      hooks.changed(`Password changed for ${named(access)}.`);
+    },
+  });
+}
+
+async function enable(selected, access, enabled, hooks) {
+  try {
+    await api(customerPath(selected.customer, "accesses", access.access_id), {
+      method: "PATCH", body: { enabled },
+    });
+  } catch (error) {
+    hooks.refused(error);
+    return;
+  }
+  hooks.changed(enabled
+    ? `${named(access)} is enabled: the next refresh reads it.`
+    : `${named(access)} is disabled: kept with its data, left out of refreshes.`);
+}
+
+function erase(selected, access, hooks) {
+  openDialog({
+    title: `Erase the access ${named(access)}?`,
+    message: `This erases access ${access.access_id} of customer ${selected.customer}: `
+      + `${access.bank}, login ${access.login}, its stored password, `
+      + `${count(access.accounts)} accounts and ${count(access.movements)} movements, `
+      + "and the events that name it. The customer's other banks stay. It cannot be undone.",
+    submit: `Erase ${named(access)}`,
+    danger: true,
+    action: async () => {
+      const erased = await api(customerPath(selected.customer, "accesses", access.access_id), {
+        method: "DELETE",
+      });
+      const counts = erased?.counts ?? {};
+      hooks.changed(`Erased ${named(access)}: ${count(counts.accounts ?? 0)} accounts, `
+        + `${count(counts.movements ?? 0)} movements.`);
+    },
+  });
+}
+
+/** The "Add bank access" dialog for `selected`. */
+export function addAccess(selected, hooks) {
+  const banks = [...new Set([...KNOWN_BANKS, ...selected.status.accesses.map((a) => a.bank)])];
+  openDialog({
+    title: `Add a bank access to ${selected.customer}`,
+    message: "The customer's login at the bank. The password is encrypted at once and never shown.",
+    fields: [
+      { name: "bank", label: "Bank", list: banks.sort(), placeholder: "formbank" },
+      { name: "login", label: "Login" },
+      { name: "password", label: "Password", type: "password", autocomplete: "new-password" },
+    ],
+    submit: "Add access",
+    action: async ({ bank, login, password }) => {
+      const made = await api(customerPath(selected.customer, "accesses"), {
+        method: "POST", body: { bank: bank.trim(), login: login.trim(), password },
+      });
+      hooks.changed(`Added ${named(made)}: update the customer to read it.`);
+    },
+  });
+}
