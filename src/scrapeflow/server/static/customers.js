@@ -149,7 +149,7 @@ function renderChips(outcomes) {
     return node;
   };
   $("outcome-chips").replaceChildren(
-    chip(null, "all", all, () => { list.outcomes.clear(); firstPage(); }),
+    chip(null, "all outcomes", all, () => { list.outcomes.clear(); firstPage(); }),
     ...Object.entries(OUTCOMES).map(([outcome, label]) =>
       chip(outcome, label, outcomes[outcome] ?? 0, () => toggle(outcome))),
   );
