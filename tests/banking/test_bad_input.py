@@ -253,8 +253,24 @@ CASES = [
     ),
     Case(
         "no-such-directory",
-        ("--db", "sqlite+aiosqlite:////nonexistent/x.db", "status", "ana"),
+        ("--db", "sqlite+aiosqlite:////nonexistent/x.db", "add-customer", "ana"),
         "cannot open the",
+    ),
+    # A typo in --db: refused, not created empty (only migrate and add-customer create one).
+    Case(
+        "no-such-database",
+        ("--db", "sqlite+aiosqlite:///{tmp}/typo.db", "status", "ana"),
+        "typo.db' (--db or SCRAPEFLOW_DB_URL): check the path, or create it",
+    ),
+    Case(
+        "driver-not-installed",
+        ("--db", "mysql://bank@127.0.0.1/bank", "status", "ana"),
+        "its driver MySQLdb is not installed, and scrapeflow runs on SQLite",
+    ),
+    Case(
+        "driver-of-an-extra",
+        ("--db", "postgresql+psycopg2://bank@127.0.0.1/bank", "status", "ana"),
+        "its driver psycopg2 is not installed",
     ),
     # -- names: no control characters, nothing cut, valid UTF-8
     Case("customer-id-not-utf8", ("add-customer", NOT_UTF8), "customer id is not valid UTF-8"),
@@ -326,7 +342,7 @@ CASES = [
     Case("account-not-utf8", ("movements", "ana", "--account", b"ES\xff"), "--account"),
     Case("since-not-a-date", ("movements", "ana", "--since", "yesterday"), "--since 'yesterday'"),
     Case("scrape-id-huge", ("scrape", "99999999999999999999"), "2147483647"),
-    Case("scrape-id-1e20", ("scrape", "1e20"), "access_id"),
+    Case("scrape-id-1e20", ("scrape", "1e20"), "Invalid value for 'ACCESS_ID'"),
     Case("scrape-id-0", ("scrape", "0"), "greater than or equal to 1"),
     Case("scrape-no-such-access", (*SANDBOX, "scrape", "99"), "no access with id 99"),
     Case("otp-not-digits", ("otp", "1", "--code-stdin"), "one-time code", stdin=b"12ab\n"),

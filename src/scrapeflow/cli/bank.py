@@ -129,9 +129,20 @@ def _run(
     coro: Coroutine[Any, Any, T],
     *,
     interrupted: str = "interrupted: the watchdog frees what was in progress",
+    creates: bool = False,
 ) -> T:
-    from scrapeflow.db import database_errors
+    """Run ``coro`` on the bank database; unless the command ``creates`` it (``migrate``,
+    ``add-customer``), a SQLite file that does not exist is refused, not made: a typo in
+    ``--db`` must not start an empty database."""
+    from scrapeflow.db import database_errors, sqlite_file
 
+    target = sqlite_file(config.db_url)
+    if not creates and target is not None and not target.exists():
+        coro.close()
+        fail(
+            f"no database at {str(target)!r} (--db or SCRAPEFLOW_DB_URL): check the path, or "
+            "create it with `scrapeflow bank migrate` (adding a customer creates it too)"
+        )
     try:
         with input_errors(), database_errors(config.db_url):
             return run_async(coro)
@@ -179,7 +190,7 @@ def _add_customer(
     (customer,) = _customer_ids([customer])
     with input_errors():
         name = validate_customer_name(name)
-    new_id = _run(config, _with_db(config, lambda s: add_customer(s, customer, name)))
+    new_id = _run(config, _with_db(config, lambda s: add_customer(s, customer, name)), creates=True)
     out.print(f"customer {escape(customer)} added (id {new_id})")
 
 
@@ -576,7 +587,7 @@ def _migrate(
     from scrapeflow.banking import migrate
 
     config = settings(ctx)
-    _run(config, migrate(config.db_url, adopt=adopt))
+    _run(config, migrate(config.db_url, adopt=adopt), creates=True)
     out.print("the bank schema is up to date")
 
 

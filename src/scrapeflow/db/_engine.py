@@ -77,12 +77,35 @@ def create_engine(url: str = DEFAULT_URL, **kwargs: Any) -> AsyncEngine:
     kwargs.setdefault("hide_parameters", True)
     try:
         engine = _create_async_engine(parsed, **kwargs)
-    except Exception as exc:  # unknown dialect, missing or sync-only driver
+    except ModuleNotFoundError as exc:  # the URL's driver is not installed
+        raise ConfigError(
+            f"cannot open {parsed.render_as_string()}: {_missing_driver(exc.name or str(exc))}"
+        ) from exc
+    except Exception as exc:  # unknown dialect, sync-only driver
         raise ConfigError(f"cannot open {parsed.render_as_string()}: {exc}") from exc
     if engine.dialect.name == "sqlite":
         event.listen(engine.sync_engine, "do_connect", _create_owner_only)
         event.listen(engine.sync_engine, "connect", _sqlite_pragmas)
     return engine
+
+
+_DRIVER_EXTRAS = {"psycopg": "distributed", "psycopg_pool": "distributed"}
+
+
+def _missing_driver(module: str) -> str:
+    """What to do about a database driver that is not installed."""
+    top = module.split(".")[0]
+    if top in _DRIVER_EXTRAS:
+        extra = _DRIVER_EXTRAS[top]
+        return (
+            f"its driver {top} is not installed: install scrapeflow's {extra!r} extra "
+            f"(pip install 'scrapeflow[{extra}]', or '.[{extra}]' in a checkout)"
+        )
+    return (
+        f"its driver {top} is not installed, and scrapeflow runs on SQLite "
+        "(sqlite+aiosqlite:///FILE) and PostgreSQL (postgresql+asyncpg://HOST/DB), whose "
+        "drivers it brings"
+    )
 
 
 def sqlite_file(url: str) -> Path | None:
