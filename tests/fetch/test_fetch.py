@@ -7,6 +7,7 @@ import gzip
 import hashlib
 import json
 import os
+import re
 import subprocess
 import sys
 import uuid
@@ -283,6 +284,31 @@ def test_cli_fetch_with_two_processes_then_resume(site: str, tmp_path: Path) -> 
     nope = [*command[:4], str(tmp_path / "nope.txt"), *command[5:]]
     missing = subprocess.run(nope, capture_output=True, text=True, env=env)
     assert missing.returncode == 2 and "nope.txt: no such file" in missing.stderr
+
+
+def test_cli_fetch_without_an_id_says_the_id_it_made_and_how_to_resume(
+    site: str, tmp_path: Path
+) -> None:
+    """gofetch's meaning: no id, a new fetch each time; the id made is told first, with the
+    command that resumes it."""
+    listing = write_list(tmp_path / "u.txt", [f"{site}/page/{n}" for n in range(8)])
+    env = {k: v for k, v in os.environ.items() if k != "FETCH_ID"} | {"COLUMNS": "200"}
+    command = [sys.executable, "-m", "scrapeflow", "fetch", str(listing), "--store"]
+    command.append(str(tmp_path / "s"))
+    first = subprocess.run(command, capture_output=True, text=True, env=env, timeout=120)
+    assert first.returncode == 0, first.stderr
+    told = re.search(
+        r"a new fetch, id (\d{5}): resume it with the same command and --fetch-id \1",
+        first.stderr,
+    )
+    assert told, first.stderr
+    assert first.stderr.index("a new fetch") < first.stderr.index(f"fetch id {told.group(1)}:")
+    again = [*command, "--fetch-id", told.group(1)]
+    resumed = subprocess.run(again, capture_output=True, text=True, env=env, timeout=120)
+    assert resumed.returncode == 0, resumed.stderr
+    assert "a new fetch" not in resumed.stderr
+    assert f"fetch id {told.group(1)}: 8 URLs" in resumed.stderr
+    assert "(8 done in an earlier run)" in resumed.stderr
 
 
 def test_cli_fetch_into_s3_with_gofetch_variables_only(

@@ -83,6 +83,13 @@ def fetch(
         )
         items = read_items(urls_file, offset=fetch_settings.offset, limit=fetch_settings.limit)
     configure_logging(fetch_settings.log_level)
+    if fetch_settings.new_fetch_id:  # gofetch's meaning: no id, a new fetch each time
+        err.print(
+            Text(
+                f"a new fetch, id {fetch_settings.fetch_id}: resume it with the same command "
+                f"and --fetch-id {fetch_settings.fetch_id}"
+            )
+        )
     started = time.monotonic()
     try:
         with input_errors(), FetchRun(fetch_settings, items) as run:
@@ -111,7 +118,10 @@ def fetch(
             with progress:
                 report = run.fetch(on_counts=show)
     except KeyboardInterrupt:
-        err.print("[yellow]interrupted:[/] stored items are logged; the same --fetch-id resumes")
+        err.print(
+            "[yellow]interrupted:[/] stored items are logged; the same command with "
+            f"--fetch-id {fetch_settings.fetch_id} resumes"
+        )
         raise typer.Exit(EXIT_INTERRUPTED) from None
     seconds = time.monotonic() - started
     table = Table(title=f"fetch {fetch_settings.fetch_id}", show_header=False)

@@ -146,6 +146,8 @@ class FetchSettings:
     default_processor: str = ""
     warc: bool = False
     storage_options: dict[str, Any] = field(default_factory=dict, repr=False)
+    new_fetch_id: bool = False
+    """Whether ``fetch_id`` was made up here (none given: a new fetch, as gofetch does)."""
 
     def __post_init__(self) -> None:
         for name in (*_STRINGS, *_BOUNDS, "indexes", "warc"):
@@ -203,6 +205,7 @@ class FetchSettings:
             values["store"] = f"s3://{values['bucket']}"
         if not values.get("fetch_id"):
             values["fetch_id"] = f"{random.randrange(10**5):05d}"
+            values["new_fetch_id"] = True
         settings = cls(**values)
         if settings.store.startswith("s3://"):
             object.__setattr__(settings, "storage_options", _s3_options(settings, env))
