@@ -15,8 +15,8 @@ const KNOWN_BANKS = ["apibank", "formbank", "legacybank"];
 const named = (access) => `${access.bank} · ${access.login}`;
 
 /**
- * The rows of `selected`'s accesses. `hooks`: { changed(what), codeSent(access, job) }, called
- * after a change was accepted.
+ * The rows of `selected`'s accesses. `hooks`: { changed(text), refused(error),
+ * codeSent(access, job), codeRefused(access, text) }, called once the API answered.
  */
 export function accessRows(selected, hooks) {
   const rows = [];
@@ -50,6 +50,8 @@ function liveRow(selected, access, live) {
 }
 
 function restingRow(selected, access, hooks) {
+  // Read while a job works on it (its events not seen): the last result is not this one's.
+  const working = access.state === "in_progress";
   const row = el(
     "tr",
     { className: access.enabled ? "" : "disabled" },
@@ -58,8 +60,8 @@ function restingRow(selected, access, hooks) {
     cell(access.enabled ? badge(access.state) : badge("disabled")),
     cell(count(access.accounts), "num"),
     cell(count(access.movements), "num"),
-    cell(access.result ? result(access.result, access.detail) : "—"),
-    whenCell(access.finished_at),
+    cell(access.result && !working ? result(access.result, access.detail) : "—"),
+    working ? cell("—") : whenCell(access.finished_at),
     el("td", { className: "row-actions" },
       button("Password", () => changePassword(selected, access, hooks)),
       access.enabled
@@ -86,9 +88,10 @@ function codeRow(selected, access, hooks) {
     placeholder: "code", maxLength: 12, name: "code",
   });
   input.setAttribute("aria-label", `one-time code for ${named(access)}`);
-  const error = el("p", { className: "error" });
+  const refused = selected.codeErrors[access.access_id];
+  const error = el("p", { className: "error", text: refused ?? "" });
   error.setAttribute("role", "alert");
-  error.hidden = true;
+  error.hidden = !refused;
   const form = el(
     "form",
     { className: "code-form" },
@@ -109,8 +112,7 @@ function codeRow(selected, access, hooks) {
       const job = await api(path, { method: "POST", body: { code } });
       hooks.codeSent(access, job);
     } catch (failure) {
-      error.textContent = reason(failure);
-      error.hidden = false;
+      hooks.codeRefused(access, reason(failure));
     }
   });
   const td = el("td", {}, form);

@@ -44,7 +44,7 @@ export async function selectCustomer(customer, name) {
   view?.stream?.abort();
   const selected = {
     customer, name, status: null, job: null, stream: new AbortController(), timers: {},
-    cursor: null, filters: { account: "", since: "", until: "" },
+    cursor: null, filters: { account: "", since: "", until: "" }, codeErrors: {}, shown: null,
   };
   view = selected;
   markSelected(customer);
@@ -73,9 +73,12 @@ async function reloadAll(selected) {
 // ------------------------------------------------------------------- status
 
 async function loadStatus(selected) {
+  selected.asked = (selected.asked ?? 0) + 1;
+  const asked = selected.asked;
   await load("customer-panel", async () => {
     const status = await api(customerPath(selected.customer, "status"));
-    if (!isCurrent(selected)) return;
+    // Answers may cross: only the last one asked is shown.
+    if (!isCurrent(selected) || asked !== selected.asked) return;
     selected.status = status;
     const running = status.refresh_job;
     if (running && !isFinal(running.state) && selected.job?.id !== running.id) {
@@ -101,6 +104,7 @@ function refreshLabel(selected) {
     return [status.outcome, OUTCOMES[status.outcome]];
   }
   if (status.all_updated) return ["all_updated", "all updated"];
+  if (status.state === "in_progress") return ["running", "updating"];
   return [status.state, status.state.replaceAll("_", " ")];
 }
 
@@ -110,6 +114,12 @@ function render(selected) {
   $("refresh-state").replaceWith(Object.assign(badge(state, text), { id: "refresh-state" }));
   const busy = selected.job && selected.job.phase !== "ended";
   $("refresh").disabled = Boolean(busy || selected.status.refresh_job);
+  // Drawn again only when something shown changed: a code being typed keeps its form.
+  const shown = JSON.stringify([selected.status.accesses, selected.job && {
+    ...selected.job, accesses: [...selected.job.accesses],
+  }, selected.codeErrors]);
+  if (shown === selected.shown) return;
+  selected.shown = shown;
   fillRows("accesses", accessRows(selected, hooksFor(selected)), "This customer has no bank access.");
 }
 
@@ -122,8 +132,14 @@ function hooksFor(selected) {
       flash(text);
     },
     refused: (error) => degrade("customer-panel", error),
+    codeRefused: (access, text) => {
+      if (!isCurrent(selected)) return;
+      selected.codeErrors[access.access_id] = text;
+      render(selected);
+    },
     codeSent: (access, job) => {
       if (!isCurrent(selected)) return;
+      delete selected.codeErrors[access.access_id];
       selected.job = newJob(job.id, CODE, { accessId: access.access_id, phase: job.state === "running" ? "running" : "queued" });
       render(selected);
       followCode(selected, job.id);
