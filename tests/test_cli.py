@@ -521,3 +521,39 @@ def test_every_help_is_in_words() -> None:
         r"--parallelism N +Concurrent tasks \(at most 10,000\)\.  \[default: 100\]", runs
     )
     assert "  Fetch a URL list into a content-addressed store (gofetch): bodies" in every[()]
+
+
+def test_a_worker_without_postgresql_or_its_extra_exits_2_at_once(tmp_path: Path) -> None:
+    """Like serve: refused with a line naming what is missing, never retried forever."""
+    env = {
+        **os.environ,
+        "SCRAPEFLOW_JOBS_BACKEND": "procrastinate",
+        "SCRAPEFLOW_DB_URL": f"sqlite+aiosqlite:///{tmp_path / 'jobs.db'}",
+    }
+    sqlite = subprocess.run(
+        [sys.executable, "-m", "scrapeflow", "worker"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        env=env,
+    )
+    assert sqlite.returncode == 2
+    assert sqlite.stderr.strip() == (
+        "error: SCRAPEFLOW_JOBS_BACKEND: 'procrastinate' runs on PostgreSQL: db_url must be "
+        f"postgresql://…, got 'sqlite+aiosqlite:///{tmp_path / 'jobs.db'}'"
+    )
+    # procrastinate not installed (its import refused, as on a machine without the extra)
+    without = "import sys; sys.modules['procrastinate'] = None; import runpy; "
+    without += "runpy.run_module('scrapeflow', run_name='__main__')"
+    missing = subprocess.run(
+        [sys.executable, "-c", without, "worker"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        env=env | {"SCRAPEFLOW_DB_URL": "postgresql://127.0.0.1:1/nowhere"},
+    )
+    assert missing.returncode == 2, missing.stderr
+    assert missing.stderr.strip() == (
+        "error: the procrastinate job backend needs the 'distributed' extra: pip install "
+        "'scrapeflow[distributed]' (in a checkout: pip install -e '.[distributed]')"
+    )

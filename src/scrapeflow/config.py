@@ -240,10 +240,14 @@ class Settings(BaseSettings):
     @field_validator("jobs_backend")
     @classmethod
     def _distributed_needs_postgresql(cls, value: str, info: ValidationInfo) -> str:
-        if value == "procrastinate" and not str(info.data.get("db_url", "")).startswith(
-            "postgresql"
-        ):
-            raise ValueError("'procrastinate' runs on PostgreSQL: db_url must be postgresql://…")
+        url = str(info.data.get("db_url", ""))
+        if value == "procrastinate" and not url.startswith("postgresql"):
+            from scrapeflow.db._errors import shown_url
+
+            raise ValueError(
+                "'procrastinate' runs on PostgreSQL: db_url must be postgresql://…, "
+                f"got {shown_url(url)!r}"
+            )
         return value
 
     @field_validator("schedule")
@@ -459,7 +463,11 @@ def _describe(
         source = ENV_PREFIX + name.upper()
     message = str(error["msg"]).removeprefix("Value error, ")
     value = error.get("input")
-    if name not in Settings.SECRETS and isinstance(value, str | int | float):
+    if (
+        name not in Settings.SECRETS
+        and isinstance(value, str | int | float)
+        and ", got " not in message
+    ):
         shown = repr(value) if len(repr(value)) <= 60 else repr(value)[:57] + "..."
         message += f", got {shown}"
     return f"{source}: {message}"

@@ -363,4 +363,7 @@ class MissingExtra(ScrapeflowError, ImportError):
     """An optional dependency is needed; the message gives the pip command that installs it."""
 
     def __init__(self, feature: str, extra: str) -> None:
-        super().__init__(f"{feature} needs the '{extra}' extra: pip install 'scrapeflow[{extra}]'")
+        super().__init__(
+            f"{feature} needs the '{extra}' extra: pip install 'scrapeflow[{extra}]' "
+            f"(in a checkout: pip install -e '.[{extra}]')"
+        )

@@ -113,5 +113,8 @@ def test_without_warcio_the_error_says_what_to_install(
 
     with pytest.raises(MissingExtra) as caught:
         WarcWriter(BlobStore(str(tmp_path), PROGRAM), "48213", 0, 500)
-    assert str(caught.value) == "WARC output needs the 'warc' extra: pip install 'scrapeflow[warc]'"
+    assert str(caught.value) == (
+        "WARC output needs the 'warc' extra: pip install 'scrapeflow[warc]' "
+        "(in a checkout: pip install -e '.[warc]')"
+    )
     assert isinstance(caught.value, ImportError)

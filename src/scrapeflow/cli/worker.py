@@ -59,6 +59,8 @@ def worker(
             f"{config.variable('jobs_backend')}=procrastinate (and a PostgreSQL db_url)"
         )
     with input_errors():
+        from scrapeflow.jobs import ProcrastinateJobQueue  # noqa: F401  (the extra, or exit 2)
+
         asyncio.run(_work(config))
 
 
