@@ -5,7 +5,7 @@
 import { api, customerPath } from "./api.js";
 import { openDialog } from "./dialog.js";
 import { badge, button, cell, el, reason, whenCell } from "./dom.js";
-import { count } from "./format.js";
+import { count, counted } from "./format.js";
 import { progressOf } from "./live.js";
 
 /** The banks this service has scrapers for, offered when adding an access (any may be typed:
@@ -159,7 +159,7 @@ function erase(selected, access, hooks) {
     title: `Erase the access ${named(access)}?`,
     message: `This erases access ${access.access_id} of customer ${selected.customer}: `
       + `${access.bank}, login ${access.login}, its stored password, `
-      + `${count(access.accounts)} accounts and ${count(access.movements)} movements, `
+      + `${counted(access.accounts, "account")} and ${counted(access.movements, "movement")}, `
       + "and the events that name it. The customer's other banks stay. It cannot be undone.",
     submit: `Erase ${named(access)}`,
     danger: true,
@@ -168,8 +168,8 @@ function erase(selected, access, hooks) {
         method: "DELETE",
       });
       const counts = erased?.counts ?? {};
-      hooks.changed(`Erased ${named(access)}: ${count(counts.accounts ?? 0)} accounts, `
-        + `${count(counts.movements ?? 0)} movements.`);
+      hooks.changed(`Erased ${named(access)}: ${counted(counts.accounts ?? 0, "account")}, `
+        + `${counted(counts.movements ?? 0, "movement")}.`);
     },
   });
 }

@@ -7,7 +7,7 @@ import { accessRows, addAccess } from "./accesses.js";
 import { OUTCOMES, loadCustomers, markSelected } from "./customers.js";
 import { openDialog } from "./dialog.js";
 import { $, badge, degrade, el, fillRows, load, note } from "./dom.js";
-import { count } from "./format.js";
+import { counted } from "./format.js";
 import { loadJobs } from "./jobs.js";
 import { clearLedger, loadAccounts, loadMovements } from "./ledger.js";
 import { CODE, REFRESH, apply, counter, isFinal, newJob } from "./live.js";
@@ -230,9 +230,10 @@ function eraseCustomer(selected) {
     ? `${selected.customer} (${selected.name})` : selected.customer;
   openDialog({
     title: `Erase customer ${who}?`,
-    message: `This erases customer ${who} and everything of it: ${count(accesses.length)} bank `
-      + `accesses with their stored passwords, ${count(sum("accounts"))} accounts, `
-      + `${count(sum("movements"))} movements, its events and its jobs. It cannot be undone.`,
+    message: `This erases customer ${who} and everything of it: `
+      + `${counted(accesses.length, "bank access")} with their stored passwords, `
+      + `${counted(sum("accounts"), "account")}, ${counted(sum("movements"), "movement")}, `
+      + "its events and its jobs. It cannot be undone.",
     submit: `Erase ${selected.customer}`,
     danger: true,
     action: async () => {
@@ -243,8 +244,8 @@ function eraseCustomer(selected) {
       const counts = erased?.counts ?? {};
       $("pick-customer").hidden = false;
       $("pick-customer").querySelector("p").textContent = `Customer ${selected.customer} was erased `
-        + `(${count(counts.accesses ?? 0)} accesses, ${count(counts.accounts ?? 0)} accounts, `
-        + `${count(counts.movements ?? 0)} movements). Pick another customer.`;
+        + `(${counted(counts.accesses ?? 0, "access")}, ${counted(counts.accounts ?? 0, "account")}, `
+        + `${counted(counts.movements ?? 0, "movement")}). Pick another customer.`;
       await Promise.all([loadCustomers(), loadJobs()]);
     },
   });

@@ -13,6 +13,9 @@ export function grouped(decimal) {
 /** A count, grouped: 10000 → "10,000". */
 export const count = (n) => grouped(String(Math.trunc(Number(n) || 0)));
 
+/** "1 account", "2,000 accounts": a count with its noun ("access" → "accesses"). */
+export const counted = (n, noun) => `${count(n)} ${n === 1 ? noun : noun.endsWith("s") ? `${noun}es` : `${noun}s`}`;
+
 /** "1234.5 EUR" → "1,234.50 EUR" as shown, the decimals as the API wrote them. */
 export const moneyText = (amount, currency) => `${grouped(amount)} ${currency ?? ""}`.trim();
 
