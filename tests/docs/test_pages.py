@@ -1,0 +1,128 @@
+"""Every block a reader would paste from the README and docs/*.md runs, and prints what its page
+shows (the rules: ``tests/docs/_markdown.py``, ``_expect.py``, ``_session.py``).
+
+One test per page: its shell and Python blocks run in order in one shell, in a fresh
+directory, with ``scrapeflow`` and ``python`` of this checkout first on ``PATH`` and a clean
+environment, as a reader's terminal. The page starts what it needs (``scrapeflow sandbox …
+&``, ``scrapeflow serve … &``) as it tells the reader to; the one change made to what a page
+says is the service's port: a page's ``localhost:8000`` becomes a free port, so that pages run
+side by side.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import socket
+import sys
+import time
+import tomllib
+from pathlib import Path
+
+import pytest
+
+from tests.docs._expect import fits
+from tests.docs._markdown import Step, parse_page, steps_of
+from tests.docs._session import Outcome, ShellSession, StepTimeout
+
+ROOT = Path(__file__).resolve().parents[2]
+PAGES = ["README.md", *sorted(f"docs/{p.name}" for p in (ROOT / "docs").glob("*.md"))]
+_PORT_8000 = re.compile(r"(localhost:|127\.0\.0\.1:|--port )8000\b")
+
+
+def _free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port: int = sock.getsockname()[1]
+        return port
+
+
+def _environment(home: Path) -> dict[str, str]:
+    env = {
+        name: value
+        for name, value in os.environ.items()
+        if not name.startswith(("SCRAPEFLOW_", "PYTEST_", "COV_"))
+    }
+    env["PATH"] = f"{Path(sys.executable).parent}{os.pathsep}{env.get('PATH', '')}"
+    env["HOME"] = str(home)
+    env["XDG_CACHE_HOME"] = str(home / ".cache")
+    env["PYTHONUNBUFFERED"] = "1"
+    env["COLUMNS"] = "120"
+    env.pop("VIRTUAL_ENV", None)
+    return env
+
+
+def _report(step: Step, message: str, output: str) -> str:
+    shown = output if len(output) < 6000 else output[:2000] + "\n[…]\n" + output[-3500:]
+    return f"{step.where}: {message}\n--- the step ---\n{step.code}\n--- its output ---\n{shown}"
+
+
+def _printed(expected: str, outcome: Outcome, step: Step) -> bool:
+    """The step printed ``expected``; a step that leaves a process in the background (``… &``)
+    is given up to 60 s for that process to print it."""
+    notes = step.kind == "console"
+    deadline = time.monotonic() + (60 if step.code.rstrip().endswith("&") else 0)
+    while True:
+        output = outcome.output_file.read_text(encoding="utf-8", errors="replace")
+        if fits(expected, output, notes=notes):
+            return True
+        if time.monotonic() > deadline:
+            return False
+        time.sleep(0.2)
+
+
+def run_page(page: str, directory: Path) -> None:
+    """Run every step of ``page`` in ``directory``; fail at the first that does not work."""
+    steps, _ = steps_of(parse_page(ROOT / page, page))
+    port = str(_free_port())
+    with ShellSession(directory, _environment(directory)) as shell:
+        for step in steps:
+            code = _PORT_8000.sub(rf"\g<1>{port}", step.code)
+            expected = (
+                None if step.expected is None else _PORT_8000.sub(rf"\g<1>{port}", step.expected)
+            )
+            if step.kind == "toml":
+                try:
+                    tomllib.loads(code)
+                except tomllib.TOMLDecodeError as exc:
+                    pytest.fail(f"{step.where}: not TOML: {exc}")
+                continue
+            if step.kind == "file":
+                assert step.name is not None
+                (directory / step.name).write_text(code, encoding="utf-8")
+                continue
+            if step.kind == "python":
+                script = directory / f".docs-{step.line}.py"
+                script.write_text(code, encoding="utf-8")
+                code = f"python {script.name}"
+            try:
+                outcome = shell.run(code, lenient=step.kind == "console")
+            except StepTimeout as exc:
+                pytest.fail(f"{step.where}: {exc}")
+            if step.kind != "console" and outcome.status != 0:
+                where = step.where
+                if outcome.failed_line is not None and step.kind == "shell":
+                    where = f"{step.page}:{step.line + outcome.failed_line - 1}"
+                command = outcome.failed_command or code
+                pytest.fail(
+                    _report(
+                        step,
+                        f"exit status {outcome.status} at {where}: {command}",
+                        outcome.output,
+                    )
+                )
+            if expected is not None and not _printed(expected, outcome, step):
+                pytest.fail(
+                    _report(
+                        step,
+                        f"the output differs from the page's (line {step.expected_line}):\n"
+                        f"{expected}",
+                        outcome.output,
+                    )
+                )
+
+
+@pytest.mark.timeout(900)
+@pytest.mark.parametrize("page", PAGES)
+def test_page(page: str, tmp_path: Path) -> None:
+    run_page(page, tmp_path)
