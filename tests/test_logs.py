@@ -5,6 +5,11 @@ from __future__ import annotations
 
 import io
 import json
+import os
+import socket
+import subprocess
+import sys
+from pathlib import Path
 
 import pytest
 
@@ -33,3 +38,36 @@ def test_a_logged_exception_shows_its_traceback_but_no_secret(as_json: bool) -> 
     if as_json:
         record = json.loads(text.splitlines()[0])
         assert record["access"] == 7 and "Traceback" in record["exception"]
+
+
+def test_with_log_json_every_librarys_records_are_json_lines(tmp_path: Path) -> None:
+    """The service under ``--log-json``: a record of uvicorn's (an invalid request) is a JSON
+    line like scrapeflow's own, not the library's plain text."""
+    from scrapeflow.banking import CredentialVault
+
+    env = {
+        **os.environ,
+        "SCRAPEFLOW_DB_URL": f"sqlite+aiosqlite:///{tmp_path / 'service.db'}",
+        "SCRAPEFLOW_VAULT_KEYS": CredentialVault.generate_key(),
+    }
+    command = [sys.executable, "-m", "scrapeflow", "--log-json", "serve", "--port", "0"]
+    service = subprocess.Popen(
+        command, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
+    )
+    try:
+        assert service.stdout is not None
+        line = service.stdout.readline()
+        assert line.startswith("serving on http://"), line
+        host, port = line.split("//")[1].strip().split(":")
+        with socket.create_connection((host, int(port)), timeout=10) as garbage:
+            garbage.sendall(b"GARBAGE\r\n\r\n")
+            assert garbage.recv(100).startswith(b"HTTP/1.1 400")
+    finally:
+        service.terminate()
+        _, stderr = service.communicate(timeout=30)
+    lines = [json.loads(line) for line in stderr.splitlines() if line.strip()]  # each is JSON
+    assert any(
+        record["logger"] == "uvicorn.error" and record["event"] == "Invalid HTTP request received."
+        for record in lines
+    ), stderr
+    assert all({"event", "level", "timestamp"} <= set(record) for record in lines)

@@ -73,15 +73,32 @@ def configure_logging(
                 *(traceback_as_text if json else []),
                 renderer,
             ],
-            foreign_pre_chain=[structlog.stdlib.add_log_level, _redact_values],
+            foreign_pre_chain=[
+                structlog.stdlib.add_logger_name,
+                structlog.stdlib.add_log_level,
+                structlog.processors.TimeStamper(fmt="iso", utc=True),
+                _redact_values,
+            ],
         )
     )
-    root = logging.getLogger("scrapeflow")
-    for old in list(root.handlers):
+    ours = logging.getLogger("scrapeflow")
+    for old in list(ours.handlers):
+        ours.removeHandler(old)
+    ours.addHandler(handler)
+    ours.setLevel(level.upper())
+    ours.propagate = False
+    # Every other library's records (procrastinate, psycopg, asyncio…) in the same format,
+    # tracebacks included: not Python's last-resort handler's plain text. Their chatter below
+    # INFO stays out even at DEBUG, which is for scrapeflow's own detail.
+    root = logging.getLogger()
+    for old in [h for h in root.handlers if getattr(h, _OURS, False)]:
         root.removeHandler(old)
+    setattr(handler, _OURS, True)
     root.addHandler(handler)
-    root.setLevel(level.upper())
-    root.propagate = False
+    root.setLevel(max(logging.getLevelName(level.upper()), logging.INFO))
+
+
+_OURS = "_scrapeflow_handler"
 
 
 def _plain_traceback(sio: TextIO, exc_info: Any) -> None:

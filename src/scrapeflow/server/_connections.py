@@ -99,5 +99,7 @@ def uvicorn_config(app: Any, settings: Settings, **options: Any) -> uvicorn.Conf
         # An empty list, never None: None makes uvicorn read FORWARDED_ALLOW_IPS or trust
         # 127.0.0.1.
         forwarded_allow_ips=trusted,
-        **options,
+        # uvicorn's own logging setup would print its records as plain text past ours:
+        # without it they reach the root logger, in the format the command chose (JSON…).
+        **({"log_config": None} | options),
     )
