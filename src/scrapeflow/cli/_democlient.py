@@ -115,12 +115,16 @@ async def _refresh(
         refresh_ended = False
         codes_due: set[int] = set()  # waiting for the customer's one-time code
         resumed: set[int] = set()  # given a code, their new result not in yet
+        balances: dict[object, int] = {}  # accounts with balances in, by access
         async for kind, data in _events(stream.content):
             now = time.monotonic()
             at = f"  {now - started:6.2f} s  {run.id}  {data.get('bank')!s:<10}  "
-            if kind == "bank.accounts":
+            if kind == "bank.accounts":  # in batches: the first one shown, the rest counted
                 run.first_balance = run.first_balance or now - run.posted
-                out.print(f"{at}{data['count']} account(s) with balances")
+                where = data.get("access_id", data.get("bank"))
+                if where not in balances:
+                    out.print(f"{at}first balances in: {data['count']} account(s)")
+                balances[where] = balances.get(where, 0) + int(data["count"])
             elif kind == "bank.access_finished":
                 access, code = int(data["access_id"]), str(data["result_code"])
                 run.results[access] = code
@@ -129,8 +133,9 @@ async def _refresh(
                     out.print(f"{at}[yellow]{code}[/]: the bank sent a code by SMS")
                 else:
                     resumed.discard(access)
-                    count = int(data["count"])
-                    out.print(f"{at}{_code(code)} ({count} movement{'s' * (count != 1)})")
+                    count, accounts = int(data["count"]), balances.get(access, 0)
+                    read = f"{accounts} account{'s' * (accounts != 1)}, " if accounts else ""
+                    out.print(f"{at}{_code(code)} ({read}{count} movement{'s' * (count != 1)})")
             elif kind in _REFRESH_ENDS and data.get("kind") == "bank.refresh":
                 if kind != "job.succeeded":
                     out.print(f"{at}[red]refresh {kind}[/]: {escape(str(data.get('error')))}")
