@@ -123,6 +123,18 @@ def book_browser(book_service: Service) -> Iterator[Browser]:
     yield from chromium()
 
 
+def refreshed(client: httpx.Client, customer: str) -> dict:  # type: ignore[type-arg]
+    """Refresh ``customer`` through the API and wait for its status to say it ended."""
+    assert client.post(f"/v1/customers/{customer}/refresh").status_code == 202
+    deadline = time.monotonic() + 60
+    while True:
+        status: dict = client.get(f"/v1/customers/{customer}/status").json()  # type: ignore[type-arg]
+        if status["all_updated"]:
+            return status
+        assert time.monotonic() < deadline, f"{customer} never updated"
+        time.sleep(0.1)
+
+
 def screenshot_path(suffix: str) -> str | None:
     """Where a file's screenshot goes: beside ``SCRAPEFLOW_SCREENSHOT``, named with ``suffix``."""
     if not SCREENSHOT:

@@ -7,10 +7,8 @@ from __future__ import annotations
 
 import asyncio
 import re
-import time
 from concurrent.futures import ThreadPoolExecutor
 
-import httpx
 from playwright.sync_api import Browser, expect
 
 from scrapeflow.sandbox import Sandbox, SandboxAdmin
@@ -23,6 +21,7 @@ from .test_dashboard import (
     book_service,
     key,
     record_progress,
+    refreshed,
     screenshot_path,
     visiting,
 )
@@ -31,18 +30,6 @@ __all__ = ["book_browser", "book_sandbox", "book_service"]  # the module's fixtu
 
 CUSTOMERS = [2, 6]  # both wait for a code at legacybank (n % 4 == 2)
 SMS = "the bank sent a one-time code by SMS"  # legacybank's words, the access's detail
-
-
-def refreshed(client: httpx.Client, customer: str) -> dict:  # type: ignore[type-arg]
-    """Refresh ``customer`` through the API and wait for its status to say it ended."""
-    assert client.post(f"/v1/customers/{customer}/refresh").status_code == 202
-    deadline = time.monotonic() + 60
-    while True:
-        status: dict = client.get(f"/v1/customers/{customer}/status").json()  # type: ignore[type-arg]
-        if status["all_updated"]:
-            return status
-        assert time.monotonic() < deadline, f"{customer} never updated"
-        time.sleep(0.1)
 
 
 def sandbox_code(sandbox: Sandbox, username: str) -> str:

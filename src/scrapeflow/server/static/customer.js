@@ -83,9 +83,9 @@ async function loadStatus(selected) {
     const running = status.refresh_job;
     if (running && !isFinal(running.state) && selected.job?.id !== running.id) {
       // a refresh the stream has not told of yet (or that began before the page opened)
-      selected.job = newJob(running.id, REFRESH, { phase: running.state === "queued" ? "queued" : "running" });
+      track(selected, newJob(running.id, REFRESH, { phase: running.state === "queued" ? "queued" : "running" }));
     } else if (!running && selected.job?.kind === REFRESH && selected.job.phase !== "ended"
-      && !status.accesses.some((a) => a.state === "in_progress")) {
+      && asked > selected.job.since && !status.accesses.some((a) => a.state === "in_progress")) {
       selected.job.phase = "ended"; // it ended while the stream was away
     }
     render(selected);
@@ -106,6 +106,12 @@ function refreshLabel(selected) {
   if (status.all_updated) return ["all_updated", "all updated"];
   if (status.state === "in_progress") return ["running", "updating"];
   return [status.state, status.state.replaceAll("_", " ")];
+}
+
+// A status asked before a job was known to the page cannot say that the job ended.
+function track(selected, job) {
+  job.since = selected.asked ?? 0;
+  selected.job = job;
 }
 
 function render(selected) {
@@ -140,7 +146,7 @@ function hooksFor(selected) {
     codeSent: (access, job) => {
       if (!isCurrent(selected)) return;
       delete selected.codeErrors[access.access_id];
-      selected.job = newJob(job.id, CODE, { accessId: access.access_id, phase: job.state === "running" ? "running" : "queued" });
+      track(selected, newJob(job.id, CODE, { accessId: access.access_id, phase: job.state === "running" ? "running" : "queued" }));
       render(selected);
       followCode(selected, job.id);
     },
@@ -164,7 +170,7 @@ export async function startRefresh() {
   try {
     const job = await api(customerPath(selected.customer, "refresh"), { method: "POST" });
     if (!isCurrent(selected)) return;
-    if (selected.job?.id !== job.id) selected.job = newJob(job.id, REFRESH, { phase: job.state === "queued" ? "queued" : "running" });
+    if (selected.job?.id !== job.id) track(selected, newJob(job.id, REFRESH, { phase: job.state === "queued" ? "queued" : "running" }));
     note("customer-panel", null);
     render(selected);
   } catch (error) {
@@ -277,7 +283,8 @@ function onEvent(selected, message) {
   if (message.id !== null) $("live").dataset.lastEventId = message.id;
   const before = selected.job;
   const [job, change] = apply(before, message.type, data);
-  selected.job = job;
+  if (job && job.id !== before?.id) track(selected, job);
+  else selected.job = job;
   if (change === null) return;
   later(selected, "render", 0, () => render(selected));
   const ended = job && job.phase === "ended" && (before?.id !== job.id || before.phase !== "ended");

@@ -97,12 +97,15 @@ function filterQuery(filters) {
 /** The newest page of movements; with `more`, the next page (by `selected.cursor`) appended. */
 export async function loadMovements(selected, current, { more = false } = {}) {
   active = selected;
+  selected.movementsAsked = (selected.movementsAsked ?? 0) + 1;
+  const asked = selected.movementsAsked;
   await load("movements-panel", async () => {
     const query = filterQuery(selected.filters);
     query.set("limit", String(MOVEMENTS_PAGE));
     if (more && selected.cursor) query.set("cursor", selected.cursor);
     const page = await api(`${customerPath(selected.customer, "movements")}?${query}`);
-    if (!current()) return;
+    // Filters changed quickly: only the answer to the last ask is shown.
+    if (!current() || asked !== selected.movementsAsked) return;
     selected.cursor = page.next_cursor;
     const rows = page.movements.map(movementRow);
     const body = $("movements").tBodies[0];
