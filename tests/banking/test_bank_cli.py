@@ -450,3 +450,43 @@ def test_erase_takes_a_customer_or_an_access_with_what_was_read(
     assert left and all(a["access_id"] != one for a in left)
     again = cli("erase", "cust-3", "--access", str(one), "--yes")
     assert again.returncode == 2 and f"no access {one}" in again.stderr
+
+
+def test_scrape_names_the_customer_and_shows_each_request_at_debug(
+    tmp_path: Path, sandbox: Sandbox
+) -> None:
+    """``bank scrape``'s table names the access's customer (it showed ``-``); with
+    ``--log-level DEBUG`` each request is logged: method, URL, status, time, redirects; never
+    the password."""
+    cli = Cli(tmp_path, sandbox)
+    creds = add_customer_with_accesses(cli, 1)
+    done = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "scrapeflow",
+            "--log-level",
+            "DEBUG",
+            "--log-json",
+            *cli.argv("scrape", "1")[3:],
+        ],
+        capture_output=True,
+        text=True,
+        env=cli.env,
+        timeout=90,
+    )
+    assert done.returncode == 0, done.stderr
+    row = next(line for line in done.stdout.splitlines() if "│" in line and "success" in line)
+    assert row.split("│")[1].strip() == "cust-1"
+    requests = [
+        record
+        for record in map(json.loads, done.stderr.splitlines())
+        if record["event"] == "http.response"
+    ]
+    assert len(requests) >= 3  # the login, the accounts, their movements
+    login = requests[0]
+    assert login["method"] in ("GET", "POST") and login["status"] == 200
+    assert login["url"].startswith("http://127.0.0.1:") and isinstance(login["ms"], int)
+    # The form login answers with a redirect, which the scraper follows itself.
+    assert any(r["status"] == 302 for r in requests)
+    assert creds["formbank"]["password"] not in done.stderr + done.stdout

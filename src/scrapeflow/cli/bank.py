@@ -385,13 +385,22 @@ def _scrape_one(ctx: typer.Context, access_id: int, otp: str | None) -> None:
     config = settings(ctx)
     launcher = _launcher(config, quiet=False)
 
-    async def work() -> AccessReport:
+    async def work() -> tuple[str, AccessReport]:
+        from sqlalchemy import select
+
+        from scrapeflow.banking import Access, Customer
+
         await migrate(config.db_url)
         async with launcher:
-            return await launcher.scrape_access(access_id, otp=otp)
+            report = await launcher.scrape_access(access_id, otp=otp)
+            async with launcher.sessions() as session:
+                owner = await session.scalar(
+                    select(Customer.external_id).join(Access).where(Access.id == access_id)
+                )
+        return owner or "", report
 
-    report = _run(config, work())
-    out.print(report_table([LaunchReport("-", 0, "-", [report])]))
+    customer, report = _run(config, work())
+    out.print(report_table([LaunchReport("-", 0, customer, [report])]))
     if not report.code.ok:
         err.print(report.message)
         raise typer.Exit(EXIT_FAILED)

@@ -28,6 +28,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
+import logging
 import random
 import time
 from collections.abc import Callable
@@ -65,6 +66,7 @@ from scrapeflow.proxies import ProxyProvider
 __all__ = ["HttpClient", "Response"]
 
 _log = get_logger(__name__)
+_debugging = logging.getLogger(__name__).isEnabledFor
 _PROXY_FAILURES = (aiohttp.ClientProxyConnectionError, aiohttp.ClientHttpProxyError)
 _STALE_RESENDS = 3
 """Requests sent again at once, per request, after a write to a pooled connection that its
@@ -630,6 +632,18 @@ class HttpClient:
                 body = await r.read()
             else:
                 body = await self._read_capped(r, url, attempt)
+            if _debugging(logging.DEBUG):  # what was sent and what came back, secrets masked
+                _log.debug(
+                    "http.response",
+                    method=method,
+                    url=redact(str(url)),
+                    status=r.status,
+                    ms=round((time.monotonic() - started) * 1000),
+                    redirects=[f"{h.status} {redact(str(h.url))}" for h in r.history] or None,
+                    final_url=redact(str(r.url)) if r.history else None,
+                    bytes=len(body),
+                    proxy=proxy_label(proxy),
+                )
             if proxy is not None and _proxy_refused_login(r.status, r.headers):
                 raise aiohttp.ClientHttpProxyError(
                     _without_credentials(r.request_info),
