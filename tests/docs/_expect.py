@@ -1,6 +1,7 @@
 """Does what a command printed fit the output its page shows?
 
-The page's output is a template: ``…`` (or ``...``) stands for any text, and it must appear,
+The page's output is a template: ``…`` (or ``...``) stands for any text (with the commas around
+it: ``{"a": 1, …}`` fits ``{"a":1}``), and it must appear,
 in order, somewhere in what was printed (a page may show the one line that matters). Both
 sides are compared after the few changes listed in :data:`VARYING` — what differs from run to
 run — and with every space and line break removed, so that a page may wrap a long JSON line
@@ -33,7 +34,7 @@ VARYING: tuple[tuple[re.Pattern[str], str], ...] = (
     (re.compile(r"\b\d+(\.\d+)?\s?(ms|s)\b"), "<duration>"),
 )
 _NOTE = re.compile(r"\s{2,}#\s.*$", re.MULTILINE)
-_WILDCARD = re.compile(r"…|\.\.\.")
+_WILDCARD = re.compile(r",?\s*(?:…|\.\.\.)\s*,?")  # with its commas: "a": 1, …}
 _SPACE = re.compile(r"\s+")
 
 

@@ -25,10 +25,11 @@ from types import TracebackType
 __all__ = ["Outcome", "ShellSession", "StepTimeout"]
 
 _DONE = "__DOCS_STEP_DONE__"
-# bash's own set-up: fail a pipeline when any part fails; on a failing command in a sourced
-# step, record it (once) and leave the step. DOCS_LENIENT=1 (a transcript) records nothing.
+# bash's own set-up, as a reader's shell (no pipefail: `… | head` is fine): on a failing
+# command in a sourced step, record it (once) and leave the step. DOCS_LENIENT=1 (a
+# transcript) records nothing.
 _PRELUDE = f"""
-set -o pipefail -o errtrace
+set -o errtrace
 __docs_fail() {{
   local status=$1 line=$2 command=$3
   if [ "${{DOCS_LENIENT:-0}}" = 1 ] || [ -s "$DOCS_FAIL" ]; then return 0; fi
