@@ -330,6 +330,12 @@ def test_the_watchdog_never_resets_a_live_refresh_whatever_the_limit(
     assert len(list((tmp_path / "logs").iterdir())) == 1  # one launch, not two
 
 
+def movements_read(launch_log: Path) -> int:
+    """How many movements a launch read, from its log's batches."""
+    records = map(json.loads, launch_log.read_text().splitlines())
+    return sum(r["count"] for r in records if r.get("kind") == "movements")
+
+
 def test_the_first_window_and_the_overlap_come_from_flags_and_settings(
     tmp_path: Path, sandbox: Sandbox
 ) -> None:
@@ -364,6 +370,17 @@ def test_the_first_window_and_the_overlap_come_from_flags_and_settings(
     compared, beyond_14 = asyncio.run(check(today - timedelta(days=60)))
     assert compared > 0
     assert beyond_14 > 0  # the 14-day default would have stopped short of these
+
+    # More history asked for after a first import: read back to it, exactly (it stayed at 60).
+    further = cli("refresh", "cust-4", "--initial-days", "90", "--quiet")
+    assert further.returncode == 0, further.stdout + further.stderr
+    more, _ = asyncio.run(check(today - timedelta(days=90)))
+    assert more > compared
+    # ... and once read, asking 90 days again reads only the overlap, not the 90 days again.
+    assert cli("refresh", "cust-4", "--initial-days", "90", "--quiet").returncode == 0
+    launches = sorted((tmp_path / "logs").iterdir())  # named by start time
+    reached, again = (movements_read(log) for log in launches[-2:])
+    assert 0 < again < reached / 2, (reached, again)
 
     (tmp_path / "env").mkdir()
     other = Cli(tmp_path / "env", sandbox)

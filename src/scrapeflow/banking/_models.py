@@ -226,6 +226,9 @@ class Account(Base):
     currency: Mapped[str] = mapped_column(String(3))
     balance: Mapped[Decimal] = mapped_column(Money())
     updated_at: Mapped[datetime] = mapped_column(UTCDateTime(), default=_now)
+    read_since: Mapped[date | None] = mapped_column(Date)
+    """The earliest day a scrape read the account's whole list from: a refresh asked for more
+    history (a larger ``initial_days``) reaches back past it."""
 
     @validates("iban")
     def _check_iban(self, _key: str, value: str | None) -> str | None:

@@ -72,7 +72,9 @@ class IncrementalPolicy:
 
     A new account: ``initial_days`` before today. Otherwise the newest stored movement's date
     minus ``overlap_days`` (movements the bank booked late under an older date are re-read), and
-    never later than the oldest movement still pending (so its posting is seen).
+    never later than the oldest movement still pending (so its posting is seen); and
+    ``initial_days`` before today again when that is earlier than any scrape of the account
+    read (more history asked for: ``--initial-days 90`` after a first refresh of 14 days).
     """
 
     initial_days: int = 14
@@ -88,6 +90,9 @@ class IncrementalPolicy:
         start = window.last_operation_date - timedelta(days=self.overlap_days)
         if window.oldest_pending is not None:
             start = min(start, window.oldest_pending)
+        wanted = today - timedelta(days=self.initial_days)
+        if window.read_since is not None and wanted < window.read_since:
+            start = min(start, wanted)
         return min(start, today)
 
 

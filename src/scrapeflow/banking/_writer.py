@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from datetime import date
 from typing import Any, Protocol, TypeVar, runtime_checkable
 
-from sqlalchemy import Connection, bindparam, delete, func, insert, select, update
+from sqlalchemy import Connection, bindparam, delete, func, insert, or_, select, update
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine, AsyncSession, async_sessionmaker
 
 from scrapeflow.banking._models import (
@@ -43,6 +43,9 @@ class SyncWindow:
     """The operation date of the newest stored movement (None: nothing stored yet)."""
     oldest_pending: date | None = None
     """The operation date of the oldest movement still stored as pending."""
+    read_since: date | None = None
+    """The earliest day a scrape read the account's whole list from (None: not known, as
+    from a writer that does not keep it: no reaching back then)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -149,7 +152,10 @@ class SqlWriter:
             account_id = found["id"] = self._account_id(connection, access_id, account_ref)
             version = self._next_version(connection, access_id)
             upsert_movements_sync(connection, account_id, movements, version=version)
-            if complete_since is None or not pending_stored:
+            if complete_since is None:
+                return 0
+            connection.execute(_READ_SINCE, {"account": account_id, "since": complete_since})
+            if not pending_stored:
                 return 0
             return self._drop_unlisted(
                 connection, access_id, account_id, movements, complete_since, version
@@ -238,20 +244,24 @@ class SqlWriter:
         if not by_id:
             return windows
         rows = connection.execute(_WINDOWS, {"accounts": list(by_id)})
-        for account_id, last, oldest_pending in rows:
-            windows[by_id[account_id]] = SyncWindow(last, oldest_pending)
+        for account_id, read_since, last, oldest_pending in rows:
+            windows[by_id[account_id]] = SyncWindow(last, oldest_pending, read_since)
         return windows
 
     async def sync_window(self, access_id: int, account_ref: str) -> SyncWindow:
         async with self.engine.connect() as session:
             row = (
                 await session.execute(
-                    select(*_WINDOW)
-                    .join(Account, Account.id == Movement.account_id)
+                    select(Account.read_since, *_WINDOW)
+                    .select_from(Account)
+                    .outerjoin(Movement, Movement.account_id == Account.id)
                     .where(Account.access_id == access_id, Account.bank_ref == account_ref)
+                    .group_by(Account.id, Account.read_since)
                 )
-            ).one()
-        return SyncWindow(last_operation_date=row[0], oldest_pending=row[1])
+            ).first()
+        if row is None:
+            return SyncWindow()
+        return SyncWindow(last_operation_date=row[1], oldest_pending=row[2], read_since=row[0])
 
 
 def _grouped(run: Callable[[Connection], T], landed: Callable[[T], None]) -> GroupedWrite[T]:
@@ -284,7 +294,17 @@ _ACCOUNT_ID = select(Account.id).where(
     Account.access_id == bindparam("access"), Account.bank_ref == bindparam("ref")
 )
 _WINDOWS = (
-    select(Movement.account_id, *_WINDOW)
-    .where(Movement.account_id.in_(bindparam("accounts", expanding=True)))
-    .group_by(Movement.account_id)
+    select(Account.id, Account.read_since, *_WINDOW)
+    .select_from(Account)
+    .outerjoin(Movement, Movement.account_id == Account.id)
+    .where(Account.id.in_(bindparam("accounts", expanding=True)))
+    .group_by(Account.id, Account.read_since)
+)
+_READ_SINCE = (
+    update(Account)
+    .where(
+        Account.id == bindparam("account"),
+        or_(Account.read_since.is_(None), Account.read_since > bindparam("since")),
+    )
+    .values(read_since=bindparam("since"))
 )

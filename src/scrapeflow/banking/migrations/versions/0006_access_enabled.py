@@ -1,4 +1,6 @@
-"""Accesses can be disabled: kept with their data, left out of refreshes.
+"""Accesses can be disabled: kept with their data, left out of refreshes. Accounts remember
+the earliest day a scrape read them from (a larger ``initial_days`` reaches back past it);
+existing accounts start from their oldest stored movement.
 
 Revision ID: 0006
 Revises: 0005
@@ -23,8 +25,16 @@ def upgrade() -> None:
         batch.add_column(
             sa.Column("enabled", sa.Boolean(), nullable=False, server_default=sa.true())
         )
+    with op.batch_alter_table("accounts") as batch:
+        batch.add_column(sa.Column("read_since", sa.Date(), nullable=True))
+    op.execute(
+        "UPDATE accounts SET read_since = (SELECT min(operation_date) FROM movements "
+        "WHERE movements.account_id = accounts.id)"
+    )
 
 
 def downgrade() -> None:
+    with op.batch_alter_table("accounts") as batch:
+        batch.drop_column("read_since")
     with op.batch_alter_table("accesses") as batch:
         batch.drop_column("enabled")
