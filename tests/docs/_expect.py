@@ -28,6 +28,7 @@ VARYING: tuple[tuple[re.Pattern[str], str], ...] = (
     # secrets made at random: API keys, webhook secrets
     (re.compile(r"\bsf_[A-Za-z0-9_-]+"), "<key>"),
     (re.compile(r"\bwhsec_[A-Za-z0-9_-]+"), "<secret>"),
+    (re.compile(r"\bwh_[0-9a-f]+"), "wh_<id>"),
     # ids and digests: job ids, launch ids, hashes of URLs that hold a port
     (re.compile(r"\b[0-9a-f]{8,}\b"), "<hex>"),
     # durations measured: 0.42 s, 12 ms, "duration_ms": 4.2
