@@ -97,7 +97,8 @@ def book_service(
     book_sandbox: Sandbox,
 ) -> Iterator[Service]:
     """One service for the module: its customers ``cust-N`` for the module's ``CUSTOMERS``
-    (default 1, 2, 3), after its ``prepare_database(path)`` (if any) ran on the SQLite file."""
+    (default 1, 2, 3), after its ``prepare_database(path)`` (if any) ran on the SQLite file;
+    the module's ``SETTINGS`` (environment variables) added to the service's."""
     tmp_path = tmp_path_factory.mktemp("dashboard")
     db_url = f"sqlite+aiosqlite:///{tmp_path / 'service.db'}"
     customers = list(getattr(request.module, "CUSTOMERS", [1, 2, 3]))
@@ -106,6 +107,7 @@ def book_service(
             if name.startswith("SCRAPEFLOW_") or name.upper().endswith("_PROXY"):
                 clean.delenv(name)
         env = service_env(tmp_path, book_sandbox, db_url, customers=customers, backend="embedded")
+    env |= getattr(request.module, "SETTINGS", {})
     prepare = getattr(request.module, "prepare_database", None)
     if prepare is not None:
         prepare(tmp_path / "service.db")

@@ -7,8 +7,10 @@ from __future__ import annotations
 
 import asyncio
 import re
+import time
 from concurrent.futures import ThreadPoolExecutor
 
+import httpx
 from playwright.sync_api import Browser, expect
 
 from scrapeflow.sandbox import Sandbox, SandboxAdmin
@@ -29,7 +31,17 @@ from .test_dashboard import (
 __all__ = ["book_browser", "book_sandbox", "book_service"]  # the module's fixtures
 
 CUSTOMERS = [2, 6]  # both wait for a code at legacybank (n % 4 == 2)
+# One refresh at a time: a refresh asked while another runs is seen queued.
+SETTINGS = {"SCRAPEFLOW_REFRESH_CONCURRENCY": "1"}
 SMS = "the bank sent a one-time code by SMS"  # legacybank's words, the access's detail
+
+
+def running_first(client: httpx.Client, job: str) -> None:
+    """Wait until ``job`` runs."""
+    deadline = time.monotonic() + 30
+    while client.get(f"/v1/jobs/{job}").json()["state"] == "queued":
+        assert time.monotonic() < deadline, f"{job} never ran"
+        time.sleep(0.02)
 
 
 def sandbox_code(sandbox: Sandbox, username: str) -> str:
@@ -65,6 +77,10 @@ def test_an_update_shows_each_access_live_and_counts_the_banks_that_ended(
             expect(page.locator("#accesses tbody tr[data-access]")).to_have_count(len(BANKS))
             expect(page.locator("#refresh-state")).to_have_text("needs action")
 
+            # Another customer's refresh holds the one place: this one waits, queued.
+            with api_client(book_service, "read", "refresh") as client:
+                other = client.post("/v1/customers/cust-6/refresh").json()["id"]
+                running_first(client, other)
             record_progress(page)
             with page.expect_response(re.compile(r"/refresh$")) as answer:
                 page.get_by_role("button", name="Update accounts and movements").click()

@@ -88,6 +88,9 @@ function codeRow(selected, access, hooks) {
     placeholder: "code", maxLength: 12, name: "code",
   });
   input.setAttribute("aria-label", `one-time code for ${named(access)}`);
+  // What is being typed survives the table being drawn again (a status that changed).
+  input.value = selected.codeDrafts[access.access_id] ?? "";
+  input.addEventListener("input", () => { selected.codeDrafts[access.access_id] = input.value; });
   const refused = selected.codeErrors[access.access_id];
   const error = el("p", { className: "error", text: refused ?? "" });
   error.setAttribute("role", "alert");
@@ -106,6 +109,7 @@ function codeRow(selected, access, hooks) {
     event.preventDefault();
     const code = input.value.trim();
     input.value = ""; // a code is used once: it never stays in the page
+    delete selected.codeDrafts[access.access_id];
     if (!code) return;
     try {
       const path = customerPath(selected.customer, "accesses", access.access_id, "otp");

@@ -44,7 +44,7 @@ export async function selectCustomer(customer, name) {
   view?.stream?.abort();
   const selected = {
     customer, name, status: null, job: null, stream: new AbortController(), timers: {},
-    cursor: null, filters: { account: "", since: "", until: "" }, codeErrors: {}, shown: null,
+    cursor: null, filters: { account: "", since: "", until: "" }, codeErrors: {}, codeDrafts: {}, shown: null,
   };
   view = selected;
   markSelected(customer);
@@ -121,8 +121,9 @@ function render(selected) {
   const busy = selected.job && selected.job.phase !== "ended";
   $("refresh").disabled = Boolean(busy || selected.status.refresh_job);
   // Drawn again only when something shown changed: a code being typed keeps its form.
-  const shown = JSON.stringify([selected.status.accesses, selected.job && {
-    ...selected.job, accesses: [...selected.job.accesses],
+  const working = selected.job && selected.job.phase !== "ended" ? selected.job : null;
+  const shown = JSON.stringify([selected.status.accesses, working && {
+    ...working, accesses: [...working.accesses],
   }, selected.codeErrors]);
   if (shown === selected.shown) return;
   selected.shown = shown;
