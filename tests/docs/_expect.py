@@ -5,7 +5,7 @@ it: ``{"a": 1, …}`` fits ``{"a":1}``), and it must appear,
 in order, somewhere in what was printed (a page may show the one line that matters). Both
 sides are compared after the few changes listed in :data:`VARYING` — what differs from run to
 run — and with every space and line break removed, so that a page may wrap a long JSON line
-and show ``{"a": 1}`` for the service's ``{"a":1}``. In a transcript, a note after two spaces
+and show ``{"a": 1}`` for the service's ``{"a":1}``. A note after two spaces
 and a ``#`` is the page's, not output (``{"error": …}   # 401``).
 """
 
@@ -46,7 +46,7 @@ def normalise(text: str) -> str:
     return _SPACE.sub("", text)
 
 
-def fits(expected: str, actual: str, *, notes: bool = False) -> bool:
+def fits(expected: str, actual: str, *, notes: bool = True) -> bool:
     """True when ``actual`` holds the page's ``expected`` output (see the module's docstring)."""
     if notes:
         expected = _NOTE.sub("", expected)

@@ -194,14 +194,23 @@ def steps_of(blocks: list[Block]) -> tuple[list[Step], list[tuple[Block, str]]]:
             raise ValueError(f"{block.page}:{block.line}: unknown docs mark {mark!r}")
         output = mark == "output" or (block.after_code and block.lang in _OUTPUTS and steps)
         if output and not _is_transcript(block):
+            # what the code above printed, then maybe a transcript that goes on from there
+            lines = block.text.split("\n")
+            cut = next((i for i, line in enumerate(lines) if line.startswith("$ ")), len(lines))
             last = steps[-1]
             if last.expected is not None or last.kind not in ("shell", "python"):
                 raise ValueError(
                     f"{block.page}:{block.line}: an output block after code that has one"
                 )
+            printed = "\n".join(lines[:cut])
             steps[-1] = Step(
-                last.page, last.line, last.kind, last.code, block.text, block.line, last.name
+                last.page, last.line, last.kind, last.code, printed, block.line, last.name
             )
+            if cut < len(lines):
+                rest = Block(
+                    block.page, block.line + cut, "console", "\n".join(lines[cut:]), None, False
+                )
+                steps.extend(_transcript_steps(rest))
             continue
         if block.lang in _SHELLS:
             steps.extend(_shell_steps(block))

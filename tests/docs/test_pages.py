@@ -60,7 +60,7 @@ def _report(step: Step, message: str, output: str) -> str:
 def _printed(expected: str, outcome: Outcome, step: Step) -> bool:
     """The step printed ``expected``; a step that leaves a process in the background (``… &``)
     is given up to 60 s for that process to print it."""
-    notes = step.kind == "console"
+    notes = True
     deadline = time.monotonic() + (60 if step.code.rstrip().endswith("&") else 0)
     while True:
         output = outcome.output_file.read_text(encoding="utf-8", errors="replace")
@@ -71,10 +71,19 @@ def _printed(expected: str, outcome: Outcome, step: Step) -> bool:
         time.sleep(0.2)
 
 
-def run_page(page: str, directory: Path) -> None:
+def run_page(page: str, directory: Path, *, root: Path = ROOT) -> None:
     """Run every step of ``page`` in ``directory``; fail at the first that does not work."""
-    steps, _ = steps_of(parse_page(ROOT / page, page))
+    steps, _ = steps_of(parse_page(root / page, page))
     port = str(_free_port())
+    failures: list[str] = []
+    # DOCS_KEEP_GOING=1: report every step that fails, not only the first (for fixing a page)
+    keep_going = os.environ.get("DOCS_KEEP_GOING") == "1"
+
+    def fail(message: str) -> None:
+        failures.append(message)
+        if not keep_going:
+            pytest.fail(message)
+
     with ShellSession(directory, _environment(directory)) as shell:
         for step in steps:
             code = _PORT_8000.sub(rf"\g<1>{port}", step.code)
@@ -85,7 +94,7 @@ def run_page(page: str, directory: Path) -> None:
                 try:
                     tomllib.loads(code)
                 except tomllib.TOMLDecodeError as exc:
-                    pytest.fail(f"{step.where}: not TOML: {exc}")
+                    fail(f"{step.where}: not TOML: {exc}")
                 continue
             if step.kind == "file":
                 assert step.name is not None
@@ -98,13 +107,14 @@ def run_page(page: str, directory: Path) -> None:
             try:
                 outcome = shell.run(code, lenient=step.kind == "console")
             except StepTimeout as exc:
-                pytest.fail(f"{step.where}: {exc}")
+                fail(f"{step.where}: {exc}")
+                break
             if step.kind != "console" and outcome.status != 0:
                 where = step.where
                 if outcome.failed_line is not None and step.kind == "shell":
                     where = f"{step.page}:{step.line + outcome.failed_line - 1}"
                 command = outcome.failed_command or code
-                pytest.fail(
+                fail(
                     _report(
                         step,
                         f"exit status {outcome.status} at {where}: {command}",
@@ -112,7 +122,7 @@ def run_page(page: str, directory: Path) -> None:
                     )
                 )
             if expected is not None and not _printed(expected, outcome, step):
-                pytest.fail(
+                fail(
                     _report(
                         step,
                         f"the output differs from the page's (line {step.expected_line}):\n"
@@ -120,6 +130,9 @@ def run_page(page: str, directory: Path) -> None:
                         outcome.output,
                     )
                 )
+
+    if failures:
+        pytest.fail("\n\n".join(failures))
 
 
 @pytest.mark.timeout(900)
