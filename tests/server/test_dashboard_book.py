@@ -19,6 +19,7 @@ from .test_dashboard import (
     book_sandbox,
     book_service,
     key,
+    screenshot_path,
     visiting,
 )
 
@@ -204,6 +205,9 @@ def test_outcomes_are_coloured_counted_and_filter_the_list(
         assert customer_lists(seen)[-1]["outcome"] == ["needs_action"]
         chips = page.locator("#outcome-chips .chip")
         expect(chips.filter(has_text="needs action")).to_have_attribute("aria-pressed", "true")
+        path = screenshot_path("book")
+        if path:
+            page.screenshot(path=path, full_page=True)
         chips.filter(has_text="needs action").click()  # off again
         chips.filter(has_text="failed").click()
         chips.filter(has_text="partly updated").click()

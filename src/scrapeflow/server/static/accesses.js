@@ -30,18 +30,25 @@ export function accessRows(selected, hooks) {
   return rows;
 }
 
+// One column says where an access stands: queued, in progress, then its result with the
+// bank's words; at rest, its last result (or that it is disabled).
+function bankCell(access) {
+  return el("td", {}, el("span", { className: "bank", text: access.bank }),
+    el("span", { className: "sub mono", text: access.login }));
+}
+
 function liveRow(selected, access, live) {
   const stored = access.result === live.result && !access.state.includes("progress");
-  const state = live.result ? "finished" : selected.job.phase === "queued" ? "queued" : "in_progress";
+  let status;
+  if (live.result) status = result(live.result, stored ? access.detail : null);
+  else status = badge(selected.job.phase === "queued" ? "queued" : "in_progress");
   const row = el(
     "tr",
     { className: "live-row" },
-    cell(access.bank),
-    cell(access.login, "mono"),
-    cell(badge(state, state === "finished" ? "finished" : null)),
+    bankCell(access),
+    cell(status),
     cell(count(live.accounts), "num"),
     cell(count(live.movements), "num"),
-    cell(live.result ? result(live.result, stored ? access.detail : null) : "—"),
     live.result && stored ? whenCell(access.finished_at) : cell("—"),
     el("td"),
   );
@@ -52,15 +59,21 @@ function liveRow(selected, access, live) {
 function restingRow(selected, access, hooks) {
   // Read while a job works on it (its events not seen): the last result is not this one's.
   const working = access.state === "in_progress";
+  let status;
+  if (!access.enabled) {
+    status = el("span", {}, badge("disabled"), el("span", {
+      className: "sub detail", text: "left out of refreshes",
+    }));
+  } else if (working) status = badge("in_progress");
+  else if (access.result) status = result(access.result, access.detail);
+  else status = el("span", { className: "muted", text: "not read yet" });
   const row = el(
     "tr",
     { className: access.enabled ? "" : "disabled" },
-    cell(access.bank),
-    cell(access.login, "mono"),
-    cell(access.enabled ? badge(access.state) : badge("disabled")),
+    bankCell(access),
+    cell(status),
     cell(count(access.accounts), "num"),
     cell(count(access.movements), "num"),
-    cell(access.result && !working ? result(access.result, access.detail) : "—"),
     working ? cell("—") : whenCell(access.finished_at),
     el("td", { className: "row-actions" },
       button("Password", () => changePassword(selected, access, hooks)),
@@ -120,7 +133,7 @@ function codeRow(selected, access, hooks) {
     }
   });
   const td = el("td", {}, form);
-  td.colSpan = 8;
+  td.colSpan = 6;
   const row = el("tr", { className: "code-row" }, td);
   row.dataset.codeFor = String(access.access_id);
   return row;
