@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import os
 import re
+import shutil
 import socket
 import sys
 import time
@@ -21,6 +22,7 @@ from pathlib import Path
 
 import pytest
 
+from tests._servers import unavailable
 from tests.docs._expect import fits
 from tests.docs._markdown import Step, parse_page, steps_of
 from tests.docs._session import Outcome, ShellSession, StepTimeout
@@ -135,7 +137,14 @@ def run_page(page: str, directory: Path, *, root: Path = ROOT) -> None:
         pytest.fail("\n\n".join(failures))
 
 
+# what the pages use besides scrapeflow, as a reader's machine has them
+_PROGRAMS = ("bash", "curl", "jq", "tinyproxy")
+
+
 @pytest.mark.timeout(900)
 @pytest.mark.parametrize("page", PAGES)
 def test_page(page: str, tmp_path: Path) -> None:
+    missing = [program for program in _PROGRAMS if shutil.which(program) is None]
+    if missing:
+        unavailable(f"the docs' examples need {', '.join(missing)}: not on PATH")
     run_page(page, tmp_path)
