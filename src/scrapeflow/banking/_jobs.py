@@ -514,7 +514,33 @@ def _part_report(part: Job) -> AccessReport | None:
     access_id = int(part.params.get("access_id") or 0)
     if part.state is JobState.CANCELLED:
         return AccessReport(access_id, "-", ResultCode.TIMEOUT, "the refresh was cancelled")
-    return AccessReport(access_id, "-", ResultCode.UNKNOWN, _EXCEPTION_PREFIX.sub("", error))
+    # A part that failed outside its scrape (the scrape stores its own end): a database that
+    # went away, a pool with no connection to spare, is a known cause, not "unknown".
+    kind = error.partition(":")[0]
+    code = ResultCode.NOT_STORED if kind in _STORAGE_ERRORS else ResultCode.UNKNOWN
+    return AccessReport(access_id, "-", code, _EXCEPTION_PREFIX.sub("", error))
+
+
+_STORAGE_ERRORS = frozenset(
+    {
+        "ResultsNotStored",
+        # SQLAlchemy's wrappers of a driver's error, and its pool's wait running out
+        "OperationalError",
+        "InterfaceError",
+        "InternalError",
+        "DBAPIError",
+        "DisconnectionError",
+        "TimeoutError",
+        # asyncpg's and psycopg's own
+        "ConnectionDoesNotExistError",
+        "CannotConnectNowError",
+        "ConnectionFailureError",
+        "PoolTimeout",
+        "ConnectionTimeout",
+        "ConnectionRefusedError",
+        "ConnectionResetError",
+    }
+)
 
 
 def refresh_reports(job: Job) -> list[LaunchReport]:

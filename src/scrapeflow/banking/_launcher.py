@@ -49,7 +49,6 @@ from types import TracebackType
 from typing import Any, TypeVar
 
 from sqlalchemy import ColumnElement, select
-from sqlalchemy.exc import DBAPIError
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine, AsyncSession, async_sessionmaker
 
 from scrapeflow._util.logs import get_logger
@@ -68,6 +67,7 @@ from scrapeflow.banking._scraper import (
     IncrementalPolicy,
     ScrapeContext,
     result_for,
+    write_failed,
 )
 from scrapeflow.banking._state import (
     UNCHANGED,
@@ -89,7 +89,6 @@ from scrapeflow.banking._writer import SqlWriter, Writer
 from scrapeflow.db import create_engine, session_factory
 from scrapeflow.errors import (
     ConfigError,
-    FetchError,
     InputError,
     RefreshInProgress,
     ResultsNotStored,
@@ -637,7 +636,7 @@ class Launcher:
             raise
         except Exception as exc:
             report.code, report.detail = result_for(exc)
-            if _write_failed(exc):  # the database, not the bank: what was read is not stored
+            if write_failed(exc):  # the database, not the bank: what was read is not stored
                 launch.lost.append(exc)
             if isinstance(exc, UnknownScraper | VaultError):
                 report.detail = str(exc)
@@ -770,14 +769,3 @@ class Launcher:
                 await result
         except Exception as exc:  # a broken listener must not fail a scrape
             _log.warning("event listener failed", error=repr(exc))
-
-
-def _write_failed(exc: BaseException) -> bool:
-    """Whether a scrape stopped because a write to the database failed (its connection went
-    away, a statement failed), not because of the bank (whose connection errors are
-    :class:`~scrapeflow.errors.FetchError`)."""
-    if isinstance(exc, BaseExceptionGroup):
-        return any(_write_failed(inner) for inner in exc.exceptions)
-    return isinstance(exc, DBAPIError) or (
-        isinstance(exc, ConnectionError) and not isinstance(exc, FetchError)
-    )

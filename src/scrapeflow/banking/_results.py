@@ -20,6 +20,7 @@ class ResultCode(StrEnum):
     BLOCKED = "blocked"
     TIMEOUT = "timeout"
     SITE_CHANGED = "site_changed"
+    NOT_STORED = "not_stored"
     UNKNOWN = "unknown"
 
     @property
@@ -45,6 +46,10 @@ _MESSAGES = {
     ResultCode.TIMEOUT: "The scrape did not finish within its time limit and was stopped.",
     ResultCode.SITE_CHANGED: (
         "The bank's pages changed and could not be parsed; the scraper needs a fix."
+    ),
+    ResultCode.NOT_STORED: (
+        "What the bank showed could not be stored (the service's database failed); the next "
+        "refresh reads it again."
     ),
     ResultCode.UNKNOWN: "The scrape failed for an unexpected reason; see the launch log.",
 }

@@ -33,6 +33,7 @@ from urllib.parse import urljoin
 import yarl
 
 from scrapeflow._util.logs import get_logger
+from scrapeflow._util.redact import redact
 from scrapeflow.banking._events import EventKind
 from scrapeflow.banking._models import AccountRecord, MovementRecord
 from scrapeflow.banking._results import ResultCode
@@ -47,6 +48,7 @@ from scrapeflow.errors import (
     FetchError,
     FetchTimeout,
     InvalidAccount,
+    ResultsNotStored,
     SessionExpired,
     UndecodableBody,
 )
@@ -507,6 +509,7 @@ _PRIORITY = {  # when concurrent steps fail differently, the most telling cause 
     ResultCode.BANK_UNAVAILABLE: 2,
     ResultCode.SITE_CHANGED: 3,
     ResultCode.TIMEOUT: 4,
+    ResultCode.NOT_STORED: 4,
     ResultCode.UNKNOWN: 5,
 }
 
@@ -533,7 +536,23 @@ def _result_of_leaf(exc: BaseException) -> tuple[ResultCode, str]:
         return ResultCode.SITE_CHANGED, str(exc)
     if isinstance(exc, SessionExpired):
         return ResultCode.BANK_UNAVAILABLE, f"session expired: {exc}"
+    if write_failed(exc):
+        return ResultCode.NOT_STORED, f"{type(exc).__name__}: {redact(str(exc))[:300]}"
     return ResultCode.UNKNOWN, f"{type(exc).__name__}: {str(exc)[:300]}"
+
+
+def write_failed(exc: BaseException) -> bool:
+    """Whether a scrape stopped because the database failed (its connection went away, a
+    statement failed, no connection to be had in time), not because of the bank (whose
+    connection errors are :class:`~scrapeflow.errors.FetchError`)."""
+    from sqlalchemy.exc import DBAPIError
+    from sqlalchemy.exc import TimeoutError as PoolTimeout
+
+    if isinstance(exc, BaseExceptionGroup):
+        return any(write_failed(inner) for inner in exc.exceptions)
+    return isinstance(exc, DBAPIError | PoolTimeout | ResultsNotStored) or (
+        isinstance(exc, ConnectionError) and not isinstance(exc, FetchError)
+    )
 
 
 def _bank_down(exc: Exception) -> bool:
