@@ -45,8 +45,11 @@ export async function problemOf(response) {
   return new ApiError(response.status, detail);
 }
 
-/** The JSON body of `path` (null for a 204), or an ApiError. `body` is sent as JSON. */
-export async function api(path, { method = "GET", body, signal } = {}) {
+/**
+ * The JSON body of `path` (null for a 204), or an ApiError. `body` is sent as JSON. With
+ * `dated`, [body, the service's clock when it answered (ms, its Date header)].
+ */
+export async function api(path, { method = "GET", body, signal, dated = false } = {}) {
   const headers = authHeaders(body === undefined ? {} : { "Content-Type": "application/json" });
   const response = await fetch(path, {
     method, headers, signal, cache: "no-store", credentials: "omit",
@@ -57,7 +60,8 @@ export async function api(path, { method = "GET", body, signal } = {}) {
     noteRefusal(error);
     throw error;
   }
-  return response.status === 204 ? null : response.json();
+  const answer = response.status === 204 ? null : await response.json();
+  return dated ? [answer, Date.parse(response.headers.get("Date") ?? "")] : answer;
 }
 
 /**

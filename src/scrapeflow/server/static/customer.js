@@ -24,6 +24,11 @@ const isCurrent = (selected) => view === selected;
 
 export const selection = () => view;
 
+/** Read the selected customer's status again (the page's poll: a change by someone else). */
+export function pollSelection() {
+  if (view?.status) loadStatus(view);
+}
+
 /** Stop following the selected customer (signing out, or it was erased). */
 export function forgetSelection() {
   view?.stream?.abort();
@@ -44,7 +49,7 @@ export async function selectCustomer(customer, name) {
   view?.stream?.abort();
   const selected = {
     customer, name, status: null, job: null, stream: new AbortController(), timers: {},
-    cursor: null, filters: { account: "", since: "", until: "" }, codeErrors: {}, codeDrafts: {}, shown: null,
+    cursor: null, filters: { account: "", since: "", until: "" }, codeErrors: {}, codeDrafts: {}, shown: null, openedAt: null,
   };
   view = selected;
   markSelected(customer);
@@ -76,9 +81,10 @@ async function loadStatus(selected) {
   selected.asked = (selected.asked ?? 0) + 1;
   const asked = selected.asked;
   await load("customer-panel", async () => {
-    const status = await api(customerPath(selected.customer, "status"));
+    const [status, at] = await api(customerPath(selected.customer, "status"), { dated: true });
     // Answers may cross: only the last one asked is shown.
     if (!isCurrent(selected) || asked !== selected.asked) return;
+    selected.openedAt ??= at;
     selected.status = status;
     const running = status.refresh_job;
     if (running && !isFinal(running.state) && selected.job?.id !== running.id) {
@@ -288,6 +294,9 @@ function onEvent(selected, message) {
   else selected.job = job;
   if (change === null) return;
   later(selected, "render", 0, () => render(selected));
+  // The stream starts at the customer's first event: what happened well before the customer
+  // was opened is history, already in what was read then.
+  if (Date.parse(data.at) < selected.openedAt - 1000) return;
   const ended = job && job.phase === "ended" && (before?.id !== job.id || before.phase !== "ended");
   if (ended) {
     later(selected, "status", 100, () => reloadAll(selected).then(() => loadStats()));

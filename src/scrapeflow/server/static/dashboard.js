@@ -8,7 +8,7 @@
 // panels fresh.
 
 import { ApiError, KEY_STORAGE, api, onKeyRefused, session } from "./api.js";
-import { forgetSelection, initCustomer, selectCustomer } from "./customer.js";
+import { forgetSelection, initCustomer, pollSelection, selectCustomer } from "./customer.js";
 import { initCustomers, loadCustomers } from "./customers.js";
 import { initDialog } from "./dialog.js";
 import { $ } from "./dom.js";
@@ -77,6 +77,7 @@ function poll() {
   loadStats();
   loadSchedule();
   loadCustomers();
+  pollSelection();
 }
 
 function start() {
