@@ -5,7 +5,8 @@ from block to block. Each step's code is sourced from a file, its output (stdout
 together) kept in another; the first command that fails ends the step, and its line is told.
 The shell runs in a new process group in the page's own directory, with the scrapeflow command
 first on ``PATH``; at the end the whole group is stopped (SIGTERM, then SIGKILL), so whatever a
-page started in the background ends with its test, passed or failed.
+page started in the background ends with its test, passed or failed (and so does what left the
+group, as ``timeout`` does: every descendant of the shell is stopped too).
 """
 
 from __future__ import annotations
@@ -21,6 +22,8 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 from types import TracebackType
+
+import psutil
 
 __all__ = ["Outcome", "ShellSession", "StepTimeout"]
 
@@ -145,17 +148,36 @@ class ShellSession:
         if process is None:
             return
         self._process = None
+        # what the page started, also what left the group (``timeout`` makes a group of its
+        # own): taken before the shell ends, when they are still its descendants
+        try:
+            started = psutil.Process(process.pid).children(recursive=True)
+        except psutil.NoSuchProcess:
+            started = []
         try:
             if process.stdin is not None:
                 process.stdin.close()
         except OSError:
             pass
         _stop_group(process.pid)
+        _stop_rest(started)
         process.wait(timeout=30)
         if self._reader is not None:
             self._reader.join(timeout=30)
         if process.stdout is not None:
             process.stdout.close()
+
+
+def _stop_rest(processes: list[psutil.Process]) -> None:
+    """SIGTERM, then after 15 s SIGKILL, to those of ``processes`` still running."""
+    for process in processes:
+        with contextlib.suppress(psutil.NoSuchProcess):
+            process.terminate()
+    _, alive = psutil.wait_procs(processes, timeout=15)
+    for process in alive:
+        with contextlib.suppress(psutil.NoSuchProcess):
+            process.kill()
+    psutil.wait_procs(alive, timeout=10)
 
 
 def _alive(pgid: int) -> bool:

@@ -86,16 +86,19 @@ def test_an_output_that_differs_fails_and_background_processes_are_stopped(
         ```bash
         sleep 600 &
         echo $! > sleeper.pid
+        timeout 600 sleep 600 &
+        echo $! > timeout.pid
         echo hello
         # goodbye
         ```
         """,
     )
-    with pytest.raises(pytest.fail.Exception, match=r"differs from the page's \(line 5\)"):
+    with pytest.raises(pytest.fail.Exception, match=r"differs from the page's \(line 7\)"):
         run_page("page.md", tmp_path, root=root)
-    pid = int((tmp_path / "sleeper.pid").read_text())
-    with pytest.raises(ProcessLookupError):
-        os.kill(pid, 0)
+    for name in ("sleeper.pid", "timeout.pid"):  # timeout runs in a process group of its own
+        pid = int((tmp_path / name).read_text())
+        with pytest.raises(ProcessLookupError):
+            os.kill(pid, 0)
 
 
 def test_a_page_that_works_passes(tmp_path: Path) -> None:
