@@ -4,9 +4,10 @@
 // the user pastes. Each panel loads and fails alone: customers.js (the list, a page at a time),
 // customer.js (the selected customer, its banks in accesses.js, live progress in live.js),
 // ledger.js (its accounts and movements), jobs.js, service.js (the service's numbers and
-// daily schedule); dialog.js asks before a change. This module signs in and out and keeps the
-// panels fresh.
+// daily schedule), admin.js (keys and webhooks); dialog.js asks before a change. This module
+// signs in and out and keeps the panels fresh.
 
+import { initAdmin } from "./admin.js";
 import { ApiError, KEY_STORAGE, api, onKeyRefused, session } from "./api.js";
 import { forgetSelection, initCustomer, pollSelection, selectCustomer } from "./customer.js";
 import { initCustomers, loadCustomers } from "./customers.js";
@@ -96,6 +97,7 @@ function start() {
   initCustomers({ onPick: selectCustomer });
   initCustomer();
   initLedger();
+  initAdmin();
 
   const message = sessionStorage.getItem(`${KEY_STORAGE}.message`);
   sessionStorage.removeItem(`${KEY_STORAGE}.message`);

@@ -7,13 +7,17 @@ import { $, el, reason, say } from "./dom.js";
 let current = null;
 
 /**
- * Open the dialog. `fields`: [{ name, label, type, value, autocomplete, placeholder, list }];
- * `action(values)` is awaited on submit, and closes the dialog once it resolves. A password
+ * Open the dialog. `fields`: [{ name, label, type, value, autocomplete, placeholder, list,
+ * optional, options, readonly }] (`type` "checkboxes" with `options`: the values checked;
+ * "textarea": several lines). `action(values)` is awaited on submit and closes the dialog once
+ * it resolves; a function it returns is called after (to show what was made, once). A password
  * field is cleared whatever happens: what was typed never stays in the page.
  */
-export function openDialog({ title, message = "", fields = [], submit, danger = false, action }) {
+export function openDialog({
+  title, message = "", fields = [], submit, danger = false, cancel = "Cancel", action,
+}) {
   const dialog = $("dialog");
-  current = { action };
+  current = { action, fields };
   $("dialog-title").textContent = title;
   $("dialog-message").textContent = message;
   $("dialog-message").hidden = !message;
@@ -21,19 +25,32 @@ export function openDialog({ title, message = "", fields = [], submit, danger = 
   $("dialog-submit").textContent = submit;
   $("dialog-submit").className = `button ${danger ? "danger-solid" : "primary"}`;
   $("dialog-submit").disabled = false;
+  $("dialog-cancel").textContent = cancel;
+  $("dialog-cancel").hidden = cancel === null;
   say("dialog-error", null);
   dialog.showModal();
-  const first = $("dialog-fields").querySelector("input");
-  (first ?? $("dialog-cancel")).focus();
+  const first = $("dialog-fields").querySelector("input:not([readonly]), textarea");
+  (first ?? $("dialog-submit")).focus();
 }
 
-function field({ name, label, type = "text", value = "", autocomplete = "off", placeholder = "", list }) {
-  const input = el("input");
-  Object.assign(input, { name, type, value, autocomplete, placeholder, required: true });
+function field(spec) {
+  const { name, label, type = "text", value = "", autocomplete = "off", placeholder = "" } = spec;
+  if (type === "checkboxes") {
+    const boxes = spec.options.map(([option, text]) => {
+      const box = Object.assign(el("input"), { type: "checkbox", name, value: option });
+      box.checked = (spec.value ?? []).includes(option);
+      return el("label", { className: "check" }, box, el("span", { text }));
+    });
+    return el("fieldset", { className: "checks" }, el("legend", { text: label }), ...boxes);
+  }
+  const input = el(type === "textarea" ? "textarea" : "input");
+  if (type !== "textarea") input.type = type;
+  Object.assign(input, { name, value, autocomplete, placeholder, required: !spec.optional });
   input.id = `dialog-${name}`;
   input.spellcheck = false;
-  if (list) {
-    const options = el("datalist", {}, ...list.map((option) => Object.assign(el("option"), { value: option })));
+  input.readOnly = Boolean(spec.readonly);
+  if (spec.list) {
+    const options = el("datalist", {}, ...spec.list.map((option) => Object.assign(el("option"), { value: option })));
     options.id = `dialog-${name}-list`;
     input.setAttribute("list", options.id);
     return el("label", {}, el("span", { text: label }), input, options);
@@ -41,8 +58,19 @@ function field({ name, label, type = "text", value = "", autocomplete = "off", p
   return el("label", {}, el("span", { text: label }), input);
 }
 
+function valuesOf(fields) {
+  const values = {};
+  for (const spec of fields) {
+    const inputs = [...$("dialog-fields").querySelectorAll(`[name="${CSS.escape(spec.name)}"]`)];
+    values[spec.name] = spec.type === "checkboxes"
+      ? inputs.filter((box) => box.checked).map((box) => box.value)
+      : inputs[0]?.value ?? "";
+  }
+  return values;
+}
+
 function close() {
-  for (const input of $("dialog-fields").querySelectorAll("input")) input.value = "";
+  for (const input of $("dialog-fields").querySelectorAll("input, textarea")) input.value = "";
   current = null;
   $("dialog").close();
 }
@@ -50,19 +78,19 @@ function close() {
 async function submitted(event) {
   event.preventDefault();
   if (!current) return;
-  const values = {};
-  for (const input of $("dialog-fields").querySelectorAll("input")) values[input.name] = input.value;
-  const { action } = current;
+  const { action, fields } = current;
   $("dialog-submit").disabled = true;
+  let after = null;
   try {
-    await action(values);
-    close();
+    after = await action(valuesOf(fields));
   } catch (error) {
     say("dialog-error", reason(error));
     for (const input of $("dialog-fields").querySelectorAll("input[type=password]")) input.value = "";
-  } finally {
     $("dialog-submit").disabled = false;
+    return;
   }
+  close();
+  if (typeof after === "function") after();
 }
 
 export function initDialog() {
