@@ -5,8 +5,9 @@ The service and ``scrapeflow bank refresh`` both queue ``bank.refresh`` jobs in 
 table, under the same dedupe key (:func:`refresh_key`): a refresh asked for a customer already
 being refreshed — by the service or by another command — joins that job instead of fighting
 over the customer's rows. A job whose process died is found by its stopped heartbeat and run
-again; the re-run first frees what the dead launch left claimed (its rows go stale within a few
-of the launcher's heartbeats) and refreshes again, which upserts make idempotent.
+again; the re-run first takes over what the dead run left claimed — at once, as the rows name
+the job that holds them (``held_by``), else once they go stale, a few of the launcher's
+heartbeats — and refreshes again, which upserts make idempotent.
 
 * :func:`bank_job_kinds` — the handlers, by name, to merge into a queue's kinds;
   :class:`BankJobs` is the same with the launcher its jobs share and the check a command runs
@@ -55,7 +56,7 @@ from scrapeflow.banking._models import Access, Customer
 from scrapeflow.banking._reports import AccessReport, LaunchReport
 from scrapeflow.banking._results import ResultCode, ScrapeState, outcome_of
 from scrapeflow.banking._setup import launcher_from_settings
-from scrapeflow.banking._state import reset_stuck
+from scrapeflow.banking._state import holding_job, release_holds, reset_stuck
 from scrapeflow.errors import InputError, RefreshInProgress
 from scrapeflow.jobs import Job, JobContext, JobHandler, JobState
 
@@ -231,8 +232,10 @@ class BankJobs:
                 rows = [await find_customer(session, customer) for customer in customers]
             names = {row.id: row.external_id for row in rows}
             token = _job_sink.set(partial(self._deliver, context, names, customers[0]))
+            holding = holding_job.set(context.job.id)
             try:
                 if context.job.attempts > 1:  # the last attempt's process died holding them
+                    await release_holds(launcher.sessions, context.job.id)
                     heartbeat = self.settings.heartbeat
                     await asyncio.gather(
                         *(_free_dead_launch(launcher.sessions, row.id, heartbeat) for row in rows)
@@ -242,6 +245,7 @@ class BankJobs:
                 else:
                     reports = [await launcher.refresh(rows[0].id)]
             finally:
+                holding_job.reset(holding)
                 _job_sink.reset(token)
         return _many_result(reports) if many else _launch_result(reports[0])
 
@@ -260,6 +264,7 @@ class BankJobs:
     ) -> LaunchReport:
         started = time.monotonic()
         token = _job_sink.set(partial(self._deliver, context, {}, customer))
+        holding = holding_job.set(context.job.id)
         try:
             # Run again, the last attempt's process died holding the customer: take it over.
             take_over = context.job.attempts > 1
@@ -289,6 +294,7 @@ class BankJobs:
                     + sum(a.movements for a in report.accesses),
                 )
         finally:
+            holding_job.reset(holding)
             _job_sink.reset(token)
         report.seconds = time.monotonic() - started
         return report
@@ -303,13 +309,16 @@ class BankJobs:
             raise InputError("a bank.access job names its 'customer', 'access_id' and 'launch_id'")
         refresh = str(params.get("refresh") or context.job.id)
         async with self._using() as launcher:
-            if context.job.attempts > 1:
+            if context.job.attempts > 1:  # the last run died: what it held is taken over
+                await release_holds(launcher.sessions, context.job.id)
                 await _free_dead_access(launcher.sessions, access_id, self.settings.heartbeat)
             deliver = partial(self._deliver, context, {}, customer, job_id=refresh)
             token = _job_sink.set(deliver)
+            holding = holding_job.set(context.job.id)
             try:
                 report = await launcher.scrape_access(access_id, launch_id=launch_id)
             finally:
+                holding_job.reset(holding)
                 _job_sink.reset(token)
         return {"customer": customer, **_access_result(report)}
 
@@ -319,10 +328,14 @@ class BankJobs:
         access_id = int(context.params["access_id"])
         async with self._using() as launcher:
             code = launcher.vault.decrypt(str(context.params["code_sealed"]).encode())
+            if context.job.attempts > 1:
+                await release_holds(launcher.sessions, context.job.id)
             token = _job_sink.set(partial(self._deliver, context, {}, customer))
+            holding = holding_job.set(context.job.id)
             try:
                 report = await launcher.scrape_access(access_id, otp=code)
             finally:
+                holding_job.reset(holding)
                 _job_sink.reset(token)
         return {"customer": customer, **_access_result(report)}
 

@@ -78,6 +78,7 @@ from scrapeflow.banking._state import (
     claim_customer,
     finish_access,
     finish_customer,
+    holding_job,
     read_session_state,
     seal_session_state,
     stamp_heartbeats,
@@ -349,7 +350,8 @@ class Launcher:
         report = LaunchReport(launch.id, customer_id, external_id, log_file=launch.log.path)
         try:
             claims = await self._claim_or_give_back(
-                partial(self._claim, customer_id), partial(self._give_back, customer_id)
+                partial(self._claim, customer_id, holding_job.get()),
+                partial(self._give_back, customer_id),
             )
         except BaseException:
             launch.log.close()
@@ -392,12 +394,15 @@ class Launcher:
         await self._emit(None, launch.event(EventKind.LAUNCH_FINISHED, outcome=outcome))
         return report
 
-    async def _claim(self, customer_id: int, session: AsyncSession) -> AccessClaims:
+    async def _claim(
+        self, customer_id: int, holder: str | None, session: AsyncSession
+    ) -> AccessClaims:
         """The customer and every access of it not already in progress, in one transaction: a
-        watchdog never sees the customer claimed and its accesses not yet."""
+        watchdog never sees the customer claimed and its accesses not yet. ``holder``: the job
+        whose run claims them (read in the caller's context, not the write queue's)."""
         heartbeat = self.limits.heartbeat
-        await claim_customer(session, customer_id, heartbeat=heartbeat)
-        return await claim_accesses(session, customer_id, heartbeat=heartbeat)
+        await claim_customer(session, customer_id, heartbeat=heartbeat, holder=holder)
+        return await claim_accesses(session, customer_id, heartbeat=heartbeat, holder=holder)
 
     async def _give_back(
         self, customer_id: int, session: AsyncSession, claims: AccessClaims
@@ -489,11 +494,13 @@ class Launcher:
         await self._emit(None, spread.event(EventKind.LAUNCH_FINISHED, outcome=spread.outcome))
 
     async def _hold_customer(self, customer_id: int, *, take_over: bool) -> None:
-        heartbeat = self.limits.heartbeat
+        heartbeat, holder = self.limits.heartbeat, holding_job.get()
         for beat in range(_TAKE_OVER_BEATS if take_over else 1):
             try:
                 await self._claim_or_give_back(
-                    lambda session: claim_customer(session, customer_id, heartbeat=heartbeat),
+                    lambda session: claim_customer(
+                        session, customer_id, heartbeat=heartbeat, holder=holder
+                    ),
                     lambda session, _: finish_customer(session, customer_id),
                 )
                 return
@@ -501,7 +508,12 @@ class Launcher:
                 if not take_over:
                     raise
                 taken = await self._write(
-                    partial(take_over_customer, customer_id=customer_id, heartbeat=heartbeat)
+                    partial(
+                        take_over_customer,
+                        customer_id=customer_id,
+                        heartbeat=heartbeat,
+                        holder=holder,
+                    )
                 )
                 if taken:
                     return
@@ -542,7 +554,7 @@ class Launcher:
             otp=otps,
             launch_id=launch_id,
         )
-        heartbeat = self.limits.heartbeat
+        heartbeat, holder = self.limits.heartbeat, holding_job.get()
 
         async def give_back(session: AsyncSession, taken: ClaimedAccess | None) -> None:
             if taken is not None:
@@ -550,7 +562,10 @@ class Launcher:
 
         try:
             job = await self._claim_or_give_back(
-                lambda session: claim_access(session, access_id, heartbeat=heartbeat), give_back
+                lambda session: claim_access(
+                    session, access_id, heartbeat=heartbeat, holder=holder
+                ),
+                give_back,
             )
             if job is None:
                 raise RefreshInProgress(f"access {access_id} is already being scraped")

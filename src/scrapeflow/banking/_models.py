@@ -138,6 +138,9 @@ class Customer(Base):
     """Stamped by the launcher refreshing the customer: the watchdog's proof it is alive."""
     heartbeat_seconds: Mapped[float | None] = mapped_column(Float)
     """That launcher's heartbeat interval: the watchdog resets nothing fresher than three."""
+    held_by: Mapped[str | None] = mapped_column(String(64))
+    """The job whose run holds the customer in progress: its next run (the queue found the
+    last one dead) takes the hold over at once."""
     sync_version: Mapped[int] = mapped_column(BigInteger, default=0, server_default="0")
     """Bumped by every write of the customer's movements, in that write's transaction (which
     holds this row's lock until it commits): the versions of one customer commit in order, so a
@@ -180,6 +183,8 @@ class Access(Base):
     heartbeat_seconds: Mapped[float | None] = mapped_column(Float)
     """The heartbeat interval of the launcher holding the access: the watchdog resets nothing
     that has missed fewer than three beats."""
+    held_by: Mapped[str | None] = mapped_column(String(64))
+    """The job whose run holds the access in progress: its next run takes the hold over."""
     result_detail: Mapped[str | None] = mapped_column(Unicode(500))
     """What the scraper saw when it failed (a bank message, a page); never a credential."""
     accounts_count: Mapped[int] = mapped_column(Integer, default=0)

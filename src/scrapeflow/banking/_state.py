@@ -44,12 +44,13 @@ from __future__ import annotations
 
 import json
 from collections.abc import Collection
+from contextvars import ContextVar
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from enum import Enum
 from typing import Any, Final
 
-from sqlalchemy import func, or_, select, true, update
+from sqlalchemy import and_, false, func, or_, select, true, update
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 from sqlalchemy.orm import InstrumentedAttribute
 
@@ -72,7 +73,9 @@ __all__ = [
     "claim_customer",
     "finish_access",
     "finish_customer",
+    "holding_job",
     "read_session_state",
+    "release_holds",
     "reset_stuck",
     "seal_session_state",
     "stamp_heartbeats",
@@ -80,6 +83,12 @@ __all__ = [
 ]
 
 _log = get_logger(__name__)
+
+holding_job: ContextVar[str | None] = ContextVar("holding_job", default=None)
+"""The id of the job whose run makes the claims in this context (None outside a job): stored
+on what it claims, so that the job's next run — which the queue starts only once it found this
+run dead — takes the hold over at once (:func:`release_holds`) instead of waiting for its
+heartbeat to go stale."""
 
 
 class Unchanged(Enum):
@@ -134,6 +143,7 @@ async def claim_customer(
     *,
     heartbeat: float | None = None,
     now: datetime | None = None,
+    holder: str | None = None,
 ) -> None:
     """Mark the customer in progress, or raise :class:`RefreshInProgress` if it already is.
 
@@ -150,6 +160,7 @@ async def claim_customer(
             scrape_finished_at=None,
             heartbeat_at=now,
             heartbeat_seconds=heartbeat,
+            held_by=holder,
         )
     )
     if _rowcount(result):
@@ -171,10 +182,12 @@ async def take_over_customer(
     *,
     heartbeat: float | None = None,
     now: datetime | None = None,
+    holder: str | None = None,
 ) -> bool:
     """Hold a customer whose refresh died — in progress, its heartbeat older than
-    :data:`MISSED_BEATS` of its interval — as if claimed now (its accesses are left as they
-    are: parts of that refresh may still be scraping them). False when it is not that."""
+    :data:`MISSED_BEATS` of its interval, or held by ``holder`` (an earlier run of the same
+    job, which the queue found dead) — as if claimed now (its accesses are left as they are:
+    parts of that refresh may still be scraping them). False when it is not that."""
     now = now or _now()
     interval = await session.scalar(
         select(Customer.heartbeat_seconds).where(Customer.id == customer_id)
@@ -186,10 +199,15 @@ async def take_over_customer(
         .where(
             Customer.id == customer_id,
             Customer.scrape_state == ScrapeState.IN_PROGRESS,
-            _same(Customer.heartbeat_seconds, interval),
-            or_(alive_at < stale_before, alive_at.is_(None)),
+            or_(
+                and_(
+                    _same(Customer.heartbeat_seconds, interval),
+                    or_(alive_at < stale_before, alive_at.is_(None)),
+                ),
+                false() if holder is None else Customer.held_by == holder,
+            ),
         )
-        .values(heartbeat_at=now, heartbeat_seconds=heartbeat)
+        .values(heartbeat_at=now, heartbeat_seconds=heartbeat, held_by=holder)
     )
     return bool(_rowcount(result))
 
@@ -200,6 +218,7 @@ async def claim_accesses(
     *,
     heartbeat: float | None = None,
     now: datetime | None = None,
+    holder: str | None = None,
 ) -> AccessClaims:
     """Mark every enabled access of the customer in progress that is not already, in one
     statement (a disabled one is left alone).
@@ -222,6 +241,7 @@ async def claim_accesses(
                     scrape_started_at=now,
                     heartbeat_at=now,
                     heartbeat_seconds=heartbeat,
+                    held_by=holder,
                 )
                 .returning(Access.id)
             )
@@ -248,6 +268,7 @@ async def claim_access(
     *,
     heartbeat: float | None = None,
     now: datetime | None = None,
+    holder: str | None = None,
 ) -> ClaimedAccess | None:
     """Mark one access in progress; None when it already is (being scraped elsewhere).
 
@@ -262,6 +283,7 @@ async def claim_access(
             scrape_started_at=now,
             heartbeat_at=now,
             heartbeat_seconds=heartbeat,
+            held_by=holder,
         )
     )
     row = (
@@ -321,6 +343,7 @@ async def finish_access(
         "scrape_finished_at": now or _now(),
         "accounts_count": accounts,
         "movements_count": movements,
+        "held_by": None,
     }
     if not isinstance(session_state, Unchanged):
         values["session_state"] = session_state
@@ -357,8 +380,43 @@ async def finish_customer(
     await session.execute(
         update(Customer)
         .where(Customer.id == customer_id)
-        .values(scrape_state=ScrapeState.ALL_UPDATED, scrape_finished_at=now or _now())
+        .values(
+            scrape_state=ScrapeState.ALL_UPDATED, scrape_finished_at=now or _now(), held_by=None
+        )
     )
+
+
+async def release_holds(sessions: async_sessionmaker[AsyncSession], holder: str) -> StuckReset:
+    """Reset what an earlier run of job ``holder`` left in progress: the queue runs a job
+    again only once it found the last run dead (its heartbeats stopped), so its holds are
+    taken over at once, not after three of the launcher's heartbeats. An access ends
+    ``timeout``; a customer goes back to idle (the run that follows claims it again). One
+    transaction; idempotent."""
+    now = _now()
+    async with sessions() as session, session.begin():
+        held = await session.scalars(
+            update(Access)
+            .where(Access.held_by == holder, Access.scrape_state == ScrapeState.IN_PROGRESS)
+            .values(
+                scrape_state=ScrapeState.IDLE,
+                result_code=ResultCode.TIMEOUT,
+                result_detail="its job's run died: run again",
+                scrape_finished_at=now,
+                held_by=None,
+            )
+            .returning(Access.id)
+        )
+        accesses = tuple(held.all())
+        held = await session.scalars(
+            update(Customer)
+            .where(Customer.held_by == holder, Customer.scrape_state == ScrapeState.IN_PROGRESS)
+            .values(scrape_state=ScrapeState.IDLE, scrape_finished_at=now, held_by=None)
+            .returning(Customer.id)
+        )
+        customers = tuple(held.all())
+    if accesses or customers:
+        _log.warning("took over a dead run's holds", job=holder, accesses=accesses)
+    return StuckReset(accesses=accesses, customers=customers)
 
 
 async def reset_stuck(
@@ -413,6 +471,7 @@ async def reset_stuck(
                     result_code=ResultCode.TIMEOUT,
                     result_detail=f"reset by the watchdog: no heartbeat for {_human(effective)}",
                     scrape_finished_at=now,
+                    held_by=None,
                 )
                 .returning(Access.id)
             )
@@ -431,7 +490,7 @@ async def reset_stuck(
                     ~busy,
                     true() if customer is None else Customer.id == customer,
                 )
-                .values(scrape_state=ScrapeState.IDLE, scrape_finished_at=now)
+                .values(scrape_state=ScrapeState.IDLE, scrape_finished_at=now, held_by=None)
                 .returning(Customer.id)
             )
             customers += reset.all()

@@ -1,6 +1,7 @@
 """Accesses can be disabled: kept with their data, left out of refreshes. Accounts remember
 the earliest day a scrape read them from (a larger ``initial_days`` reaches back past it);
-existing accounts start from their oldest stored movement.
+existing accounts start from their oldest stored movement. Customers and accesses in progress
+name the job whose run holds them, so that job's next run takes them over at once.
 
 Revision ID: 0006
 Revises: 0005
@@ -27,6 +28,9 @@ def upgrade() -> None:
         )
     with op.batch_alter_table("accounts") as batch:
         batch.add_column(sa.Column("read_since", sa.Date(), nullable=True))
+    for table in ("customers", "accesses"):
+        with op.batch_alter_table(table) as batch:
+            batch.add_column(sa.Column("held_by", sa.String(length=64), nullable=True))
     op.execute(
         "UPDATE accounts SET read_since = (SELECT min(operation_date) FROM movements "
         "WHERE movements.account_id = accounts.id)"
@@ -34,6 +38,9 @@ def upgrade() -> None:
 
 
 def downgrade() -> None:
+    for table in ("customers", "accesses"):
+        with op.batch_alter_table(table) as batch:
+            batch.drop_column("held_by")
     with op.batch_alter_table("accounts") as batch:
         batch.drop_column("read_since")
     with op.batch_alter_table("accesses") as batch:
