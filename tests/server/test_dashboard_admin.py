@@ -1,12 +1,15 @@
-"""The dashboard's keys and webhooks: an admin key lists the keys, makes one (its token shown
-once, and it works as made), rotates it (the old secret stops) and revokes it; any key makes,
-inspects and deletes its webhooks (the signing secret shown once). A key that may not manage
-keys is told so in the tab, in the API's words."""
+"""The dashboard's keys, webhooks and jobs: an admin key lists the keys, makes one (its token
+shown once, and it works as made), rotates it (the old secret stops) and revokes it; any key
+makes, inspects and deletes its webhooks (the signing secret shown once); a key with the jobs
+scope starts a fetch job and reads its results. A key that may not is told so where it asked,
+in the API's words."""
 
 from __future__ import annotations
 
 import httpx
 from playwright.sync_api import Browser, Page, expect
+
+from scrapeflow.sandbox import Sandbox
 
 from .conftest import Service
 from .test_dashboard import (
@@ -133,4 +136,38 @@ def test_a_key_that_may_not_manage_keys_is_told_so_in_the_tab(
         page.get_by_role("button", name="Webhooks").click()  # its own: allowed
         expect(page.locator("#admin-panel .note")).to_be_hidden()
         expect(page.locator("#webhooks tbody")).to_have_text("No webhooks.")
+        assert seen.errors == []
+
+
+def test_a_fetch_job_is_started_from_the_page_and_its_results_read(
+    book_browser: Browser, book_service: Service, book_sandbox: Sandbox
+) -> None:
+    urls = [f"{book_sandbox.urls['plain']}/page/{n}" for n in (1, 2)]
+    with api_client(book_service, "read") as client:
+        refused = client.post("/v1/jobs", json={"kind": "fetch", "params": {"urls": urls}})
+    assert refused.status_code == 403
+    with visiting(book_browser, book_service) as seen:
+        page = seen.page
+        seen.refusals.update({"/v1/stats": (403,), "/v1/jobs": (403,)})
+        seen.sign_in(key(book_service, "read"))
+        page.get_by_role("button", name="New job").click()
+        page.locator("#dialog textarea[name='items']").fill("\n".join(urls))
+        page.get_by_role("button", name="Start job").click()
+        expect(page.locator("#dialog-error")).to_have_text(refused.json()["detail"])
+        page.locator("#dialog").get_by_role("button", name="Cancel").click()
+        page.click("#logout")
+
+        seen.sign_in(key(book_service, "read", "jobs"))
+        page.get_by_role("button", name="New job").click()
+        page.locator("#dialog textarea[name='items']").fill("\n".join(urls))
+        page.get_by_role("button", name="Start job").click()
+        expect(page.locator("#dialog")).to_be_hidden()
+        job = page.locator("#jobs tbody tr").filter(has_text="fetch").first
+        expect(job).to_be_visible()
+        expect(job).to_contain_text("succeeded", timeout=30_000)  # followed until it ends
+        job.get_by_role("button", name="Results").click()
+        results = page.locator("#job-results tbody tr")
+        expect(results).to_have_count(2)
+        expect(results.locator("td:nth-child(1)")).to_have_text(urls)
+        expect(results.locator("td:nth-child(2)")).to_have_text(["stored", "stored"])
         assert seen.errors == []

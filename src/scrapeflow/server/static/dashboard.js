@@ -13,7 +13,7 @@ import { forgetSelection, initCustomer, pollSelection, selectCustomer } from "./
 import { initCustomers, loadCustomers } from "./customers.js";
 import { initDialog } from "./dialog.js";
 import { $ } from "./dom.js";
-import { loadJobs } from "./jobs.js";
+import { initJobs, loadJobs } from "./jobs.js";
 import { initLedger } from "./ledger.js";
 import { loadSchedule, loadStats } from "./service.js";
 
@@ -92,12 +92,12 @@ function start() {
     if (key) signIn(key);
   });
   $("logout").addEventListener("click", () => signOut());
-  $("jobs-reload").addEventListener("click", loadJobs);
   initDialog();
   initCustomers({ onPick: selectCustomer });
   initCustomer();
   initLedger();
   initAdmin();
+  initJobs();
 
   const message = sessionStorage.getItem(`${KEY_STORAGE}.message`);
   sessionStorage.removeItem(`${KEY_STORAGE}.message`);
