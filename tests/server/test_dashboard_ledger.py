@@ -1,6 +1,6 @@
 """The dashboard's ledger of a customer: balances totalled per currency (exactly, grouped), its
-movements filtered by account and dates, and the same movements exported as CSV and OFX files
-downloaded through the API with the key; times with their zone."""
+movements filtered by account and dates, and the same movements exported as CSV, OFX and JSON
+files downloaded through the API with the key; times with their zone."""
 
 from __future__ import annotations
 
@@ -69,6 +69,9 @@ def test_totals_filters_and_exports_match_what_the_api_holds(
         ofx_file = client.get(
             "/v1/customers/cust-1/movements/export", params={**filters, "format": "ofx"}
         )
+        json_file = client.get(
+            "/v1/customers/cust-1/movements/export", params={**filters, "format": "json"}
+        )
         every_csv = client.get("/v1/customers/cust-1/movements/export", params={"format": "csv"})
     assert matching and len(matching) < len(every["movements"])
 
@@ -124,6 +127,10 @@ def test_totals_filters_and_exports_match_what_the_api_holds(
         booked = [m["key"] for m in matching if not m["pending"]]
         fitids = re.findall(rb"<FITID>([^<]+)</FITID>", body)
         assert sorted(fitids) == sorted(k.encode() for k in booked)
+
+        name, body = export(page, "Export JSON")
+        assert name == "cust-1-movements.json"
+        assert body == json_file.content
 
         page.get_by_role("button", name="Clear filters").click()
         expect(rows).to_have_count(PAGE)

@@ -1,5 +1,5 @@
 // The selected customer's accounts (balances totalled per currency) and movements (filtered
-// by account and dates, exported as CSV or OFX), as the API stores them.
+// by account and dates, exported as CSV, OFX or JSON), as the API stores them.
 
 import { api, customerPath, download } from "./api.js";
 import { $, badge, cell, degrade, el, fillRows, load, money, note, whenCell } from "./dom.js";
@@ -32,6 +32,7 @@ export function initLedger() {
   });
   $("export-csv").addEventListener("click", () => exportMovements("csv"));
   $("export-ofx").addEventListener("click", () => exportMovements("ofx"));
+  $("export-json").addEventListener("click", () => exportMovements("json"));
 }
 
 /** Empty tables and filters for a customer just picked. */
