@@ -105,9 +105,8 @@ def distributed_on_own_pg(
         "SCRAPEFLOW_SANDBOX_MANIFEST": str(manifest),
         "SCRAPEFLOW_LOG_DIR": str(tmp_path / "logs"),
         "SCRAPEFLOW_SCHEDULE": "off",
-        # Quick beats: a run cut off by the outage is found (and its customer freed) sooner.
-        "SCRAPEFLOW_HEARTBEAT": "1",
-        "SCRAPEFLOW_JOB_HEARTBEAT": "2",
+        # The default heartbeats: a run cut off by the outage is run again and takes its
+        # holds over at once, not after three of the launcher's 30 s beats.
         "PYTHONUNBUFFERED": "1",
     }
     process, line = _start("serve --port 0", env, tmp_path / "service.log", ready="serving on ")
