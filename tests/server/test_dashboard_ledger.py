@@ -102,6 +102,20 @@ def test_totals_filters_and_exports_match_what_the_api_holds(
         updated = page.locator("#accounts tbody td:nth-child(5)").first
         expect(updated).to_have_text(re.compile(r"^\d{4}-\d\d-\d\d\d\d:\d\d:\d\d E[SD]T$"))
 
+        # A card has no IBAN: its filter is the bank's reference, which another bank of the
+        # customer may use too (the API's filter keeps both): its option says so.
+        shared = [
+            (card, other)
+            for card in accounts
+            if not card["iban"]
+            for other in accounts
+            if other is not card and card["bank_ref"] in (other["bank_ref"], other["iban"])
+        ]
+        assert shared, "the sandbox customer should have a card whose reference another bank has"
+        for card, other in shared:
+            option = page.locator("#filter-account option").filter(has_text=card["number"])
+            expect(option).to_contain_text(f"{other['bank']}'s {other['bank_ref']}")
+
         # Filters: by account, since and until; the list is the API's for the same filters.
         expect(page.locator("#movements tbody tr")).to_have_count(PAGE)
         page.select_option("#filter-account", account["iban"])

@@ -64,10 +64,15 @@ export async function loadAccounts(selected, current) {
 
 function accountOptions(accounts) {
   const chosen = $("filter-account").value;
+  // The API filters by IBAN or by the bank's reference; a reference may be another bank's too
+  // (the API's filter then keeps both: the option says so).
   const options = accounts.map((account) => {
     const id = account.iban || account.bank_ref;
     const shown = account.iban || account.number || account.bank_ref;
-    return new Option(`${account.bank} · ${account.alias || account.bank_ref} · ${shown}`, id);
+    const alike = account.iban ? [] : accounts.filter((other) => other !== account
+      && (other.bank_ref === account.bank_ref || other.iban === account.bank_ref));
+    const also = alike.length ? ` (also ${alike.map((o) => `${o.bank}'s ${o.bank_ref}`).join(", ")})` : "";
+    return new Option(`${account.bank} · ${account.alias || account.bank_ref} · ${shown}${also}`, id);
   });
   $("filter-account").replaceChildren(new Option("every account", ""), ...options);
   $("filter-account").value = options.some((o) => o.value === chosen) ? chosen : "";
