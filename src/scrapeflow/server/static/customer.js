@@ -22,8 +22,6 @@ let view = null;
 
 const isCurrent = (selected) => view === selected;
 
-export const selection = () => view;
-
 /** Read the selected customer's status again (the page's poll: a change by someone else). */
 export function pollSelection() {
   if (view?.status) loadStatus(view);
@@ -92,7 +90,8 @@ async function loadStatus(selected) {
       track(selected, newJob(running.id, REFRESH, { phase: running.state === "queued" ? "queued" : "running" }));
     } else if (!running && selected.job?.kind === REFRESH && selected.job.phase !== "ended"
       && asked > selected.job.since && !status.accesses.some((a) => a.state === "in_progress")) {
-      selected.job.phase = "ended"; // it ended while the stream was away
+      selected.job.phase = "ended"; // it ended while the stream was away: read what it stored
+      later(selected, "ledger", 0, () => Promise.all([...loadLedger(selected), loadCustomers(), loadJobs()]));
     }
     render(selected);
   });
