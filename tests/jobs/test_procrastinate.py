@@ -176,6 +176,42 @@ async def test_a_killed_workers_job_is_finished_by_another_worker(
     assert marks.read_text().splitlines() == [str(process.pid), str(os.getpid())]
 
 
+async def test_the_sweep_runs_in_a_process_that_runs_no_jobs_and_with_every_slot_busy(
+    pg_url: str, tmp_path: Path
+) -> None:
+    """A killed worker's job is put back in the queue by the sweep of a process that runs no
+    jobs (the API's), and by a worker whose only slot is taken: the sweep is not a job, it
+    never waits for a slot."""
+    marks = tmp_path / "marks"
+    async with queue(pg_url, run_jobs=False) as api:
+        job = await api.submit("count_to", {"n": 40, "pause": 0.1, "marks": str(marks)})
+        with worker_process(pg_url) as process:
+            await until_running(api, job.id, marks)
+            process.send_signal(signal.SIGKILL)
+            process.wait(timeout=10)
+        async with asyncio.timeout(RECOVERY_BOUND):  # no worker runs: the API's sweep alone
+            while (await api.get(job.id)).state is not JobState.QUEUED:
+                await asyncio.sleep(0.1)
+        await api.cancel(job.id)
+
+    later = tmp_path / "later"
+    async with queue(pg_url, concurrency=1) as only:  # the only process left
+        busy = await only.submit("hang", {})
+        await until_running(only, busy.id)  # its one slot taken, for good
+        again = await only.submit("count_to", {"n": 40, "pause": 0.1, "marks": str(later)})
+        with worker_process(pg_url) as second:
+            await until_running(only, again.id, later)
+            second.send_signal(signal.SIGKILL)
+            second.wait(timeout=10)
+        async with asyncio.timeout(RECOVERY_BOUND):  # swept by the worker with no slot free
+            while (await only.get(again.id)).state is not JobState.QUEUED:
+                await asyncio.sleep(0.1)
+        await only.cancel(busy.id)
+        async with asyncio.timeout(RECOVERY_BOUND):
+            done = await only.wait(again.id)
+    assert done.state is JobState.SUCCEEDED and done.attempts == 2
+
+
 async def test_a_stopped_worker_hands_its_job_back_and_another_finishes_it(
     pg_url: str, tmp_path: Path
 ) -> None:

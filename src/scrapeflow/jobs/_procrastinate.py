@@ -13,10 +13,13 @@ running job on whichever machine runs it.
   over stops at its next heartbeat. Every queue delivers at least once: effects are idempotent.
 * Stopping a worker lets running jobs finish within ``grace`` seconds; the rest go back to the
   queue (the row to ``queued``, the dispatch to ``todo``) and another worker runs them.
-* A periodic sweep (every ``sweep_every`` seconds, once across all workers) re-queues the
+* A sweep every ``sweep_every`` seconds, in every process that opens the queue (workers and
+  the API alike, each on its own timer, outside the job queue: it never waits behind the jobs it
+  rescues, and no slot it needs can be held by a job waiting on a dead worker) re-queues the
   dispatches of dead workers, puts running rows whose heartbeat stopped back in the queue (or
   fails them after ``max_attempts``), and dispatches queued rows that no dispatch waits for (a
-  defer that failed after the row was stored).
+  defer that failed after the row was stored). Its writes are conditional: sweeps that meet do
+  each thing once.
 * Lanes (:class:`~scrapeflow.jobs.Lane`): a lane's kinds are dispatched on a procrastinate
   queue of their own (``{queue}.{lane}``), which a worker of its own runs with the lane's
   concurrency, beside the worker of the other kinds (``queue``): a refresh is never queued
@@ -28,6 +31,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import os
+import random
 import socket
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from datetime import UTC, datetime, timedelta
@@ -148,11 +152,14 @@ class ProcrastinateJobQueue(StoredJobs):
         self._run = self.app.task(
             name=RUN_TASK, queue=queue, pass_context=True, retry=RetryReleased()
         )(self._runner.deliver)
-        # queueing_lock only, never lock: a sweep stuck in `doing` must not block the next ones.
+        # Registered, no longer periodic: a sweep an earlier version queued still runs (and
+        # does no harm); sweeps now run on each process's own timer (see _sweep_forever).
         sweep = self.app.task(name=SWEEP_TASK, queue=queue, queueing_lock=f"{SWEEP_TASK}:{queue}")
-        self.app.periodic(cron=f"* * * * * */{sweep_every}", periodic_id=queue)(sweep(self._sweep))
+        sweep(self._sweep)
+        self.sweep_every = sweep_every
         self._created: set[str] = set()
         self._worker: asyncio.Task[None] | None = None
+        self._sweeper: asyncio.Task[None] | None = None
 
     # -- lifecycle -------------------------------------------------------------------------
 
@@ -167,7 +174,20 @@ class ProcrastinateJobQueue(StoredJobs):
             raise
         if self.run_jobs:
             self._worker = asyncio.create_task(self._run_workers(), name="procrastinate-workers")
+        self._sweeper = asyncio.create_task(self._sweep_forever(), name="stalled-job sweep")
         return self
+
+    async def _sweep_forever(self) -> None:
+        """The sweep every ``sweep_every`` seconds (a random first wait, so that processes
+        started together do not sweep in step), until the queue stops. A sweep that fails (the
+        database away) is logged; the next one tries again."""
+        await asyncio.sleep(random.uniform(0, self.sweep_every))
+        while True:
+            try:
+                await self._sweep(0)
+            except Exception as exc:
+                _log.warning("the stalled-job sweep failed", error=redact(repr(exc)))
+            await asyncio.sleep(self.sweep_every)
 
     async def _run_workers(self) -> None:
         """A procrastinate worker per lane, and one for the other kinds; when one ends by
@@ -220,6 +240,11 @@ class ProcrastinateJobQueue(StoredJobs):
     async def stop(self) -> None:
         """Take no new job; let running ones finish within ``grace`` seconds, then put them
         back in the queue, where another worker takes them."""
+        sweeper, self._sweeper = self._sweeper, None
+        if sweeper is not None:
+            sweeper.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await sweeper
         worker, self._worker = self._worker, None
         if worker is None:
             return
