@@ -1,12 +1,12 @@
 """Does what a command printed fit the output its page shows?
 
 The page's output is a template: ``…`` (or ``...``) stands for any text (with the commas around
-it: ``{"a": 1, …}`` fits ``{"a":1}``), and it must appear,
-in order, somewhere in what was printed (a page may show the one line that matters). Both
-sides are compared after the few changes listed in :data:`VARYING` — what differs from run to
-run — and with every space and line break removed, so that a page may wrap a long JSON line
-and show ``{"a": 1}`` for the service's ``{"a":1}``. A note after two spaces
-and a ``#`` is the page's, not output (``{"error": …}   # 401``).
+it: ``{"a": 1, …}`` fits ``{"a":1}``). It must appear in what was printed, from the start of a
+line to the end of a line (a page may show only the lines that matter, but ``3`` does not fit
+``13``). Both sides are compared after the few changes listed in :data:`VARYING` — what differs
+from run to run — and without spaces, and a line break may fall anywhere on either side, so
+that a page may wrap a long JSON line and show ``{"a": 1}`` for the service's ``{"a":1}``. A
+note after two spaces and a ``#`` is the page's, not output (``{"error": …}   # 401``).
 """
 
 from __future__ import annotations
@@ -37,6 +37,8 @@ VARYING: tuple[tuple[re.Pattern[str], str], ...] = (
 _NOTE = re.compile(r"\s{2,}#\s.*$", re.MULTILINE)
 _WILDCARD = re.compile(r",?\s*(?:…|\.\.\.)\s*,?")  # with its commas: "a": 1, …}
 _SPACE = re.compile(r"\s+")
+_BLANKS = re.compile(r"[^\S\n]+")  # spaces, tabs, carriage returns: not line breaks
+_BREAK = "\x00"  # a line break of the output, kept to find where lines start and end
 
 
 def normalise(text: str) -> str:
@@ -46,10 +48,25 @@ def normalise(text: str) -> str:
     return _SPACE.sub("", text)
 
 
+def _lines(text: str) -> str:
+    """``text`` with what varies replaced, no spaces, and its line breaks as ``_BREAK``."""
+    for pattern, replacement in VARYING:
+        text = pattern.sub(replacement, text)
+    return _BLANKS.sub("", text).replace("\n", _BREAK)
+
+
+def _literal(part: str) -> str:
+    """A regex for ``part`` as the output may wrap it: a line break allowed between any two
+    characters (the page wraps a long line where the program did not, or the reverse)."""
+    return f"{_BREAK}*".join(re.escape(char) for char in part)
+
+
 def fits(expected: str, actual: str, *, notes: bool = True) -> bool:
-    """True when ``actual`` holds the page's ``expected`` output (see the module's docstring)."""
+    """True when ``actual`` holds the page's ``expected`` output (see the module's docstring):
+    from the start of one of its lines to the end of one, so ``3`` does not fit ``13``."""
     if notes:
         expected = _NOTE.sub("", expected)
     parts = [normalise(part) for part in _WILDCARD.split(expected)]
-    pattern = ".*?".join(re.escape(part) for part in parts)
-    return re.search(pattern, normalise(actual), re.DOTALL) is not None
+    body = ".*?".join(_literal(part) for part in parts)
+    pattern = f"(?:^|{_BREAK}){_BREAK}*{body}{_BREAK}*(?:{_BREAK}|$)"
+    return re.search(pattern, _lines(actual), re.DOTALL) is not None

@@ -56,8 +56,10 @@ def test_output_fits_with_wildcards_and_what_varies() -> None:
     assert fits(
         '{"id": "…", "at": "2026-01-01T00:00:00Z", …}', '{"id":"x","at":"2027-05-05T10:00:01.5Z"}'
     )
-    assert fits("http://127.0.0.1:8000/a  # a note", "see http://127.0.0.1:39999/a")
+    assert fits("http://127.0.0.1:8000/a  # a note", "http://127.0.0.1:39999/a")
     assert not fits('{"state": "succeeded"}', '{"state":"failed"}')
+    assert fits("3", "total\n3\n") and not fits("3", "13")  # whole lines
+    assert fits('{"a": 1,\n "b": 2}', '{"a":1,"b":2}')  # wrapped on the page only
 
 
 def test_a_failing_command_fails_its_page_at_its_line(tmp_path: Path) -> None:
