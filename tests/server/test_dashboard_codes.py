@@ -99,6 +99,11 @@ def test_an_update_shows_each_access_live_and_counts_the_banks_that_ended(
                 row = page.locator("#accesses tbody tr[data-access]").filter(has_text=bank)
                 expect(row.locator("td").nth(1)).to_have_text(result)
                 expect(row.locator("td").nth(4)).to_have_text(re.compile(r"\d\d:\d\d:\d\d E[SD]T$"))
+            # The movements were read when the customer opened and once the update ended: the
+            # history its stream replays first (the earlier refresh) read nothing again.
+            expect(page.locator("#movements tbody tr").first).to_be_visible()
+            read = [r for r in seen.requests if "/v1/customers/cust-2/movements" in r.url]
+            assert len(read) == 2, [r.url for r in read]
             assert seen.errors == []
     finally:
         for bank in BANKS:

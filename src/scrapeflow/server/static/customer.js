@@ -47,7 +47,7 @@ export async function selectCustomer(customer, name) {
   view?.stream?.abort();
   const selected = {
     customer, name, status: null, job: null, stream: new AbortController(), timers: {},
-    cursor: null, filters: { account: "", since: "", until: "" }, codeErrors: {}, codeDrafts: {}, shown: null, openedAt: null,
+    cursor: null, filters: { account: "", since: "", until: "" }, codeErrors: {}, codeDrafts: {}, shown: null, openedAt: null, opened: null,
   };
   view = selected;
   markSelected(customer);
@@ -83,6 +83,7 @@ async function loadStatus(selected) {
     // Answers may cross: only the last one asked is shown.
     if (!isCurrent(selected) || asked !== selected.asked) return;
     selected.openedAt ??= at;
+    selected.opened ??= status;
     selected.status = status;
     const running = status.refresh_job;
     if (running && !isFinal(running.state) && selected.job?.id !== running.id) {
@@ -293,17 +294,34 @@ function onEvent(selected, message) {
   else selected.job = job;
   if (change === null) return;
   later(selected, "render", 0, () => render(selected));
-  // The stream starts at the customer's first event: what happened well before the customer
-  // was opened is history, already in what was read then.
-  if (Date.parse(data.at) < selected.openedAt - 1000) return;
   const ended = job && job.phase === "ended" && (before?.id !== job.id || before.phase !== "ended");
   if (ended) {
-    later(selected, "status", 100, () => reloadAll(selected).then(() => loadStats()));
-  } else if (change === "access" || change === "job") {
+    if (!shownWhenOpened(selected, job, data)) {
+      later(selected, "status", 100, () => reloadAll(selected).then(() => loadStats()));
+    }
+    return;
+  }
+  if (Date.parse(data.at) < selected.openedAt - 1000) return; // history: see shownWhenOpened
+  if (change === "access" || change === "job") {
     // the stored status holds what the events do not: the bank's message, the time it ended
     later(selected, "status", 150, () => Promise.all([loadStatus(selected), ...loadLedger(selected, { movements: false })]));
     if (change === "job") later(selected, "jobs", 250, () => Promise.all([loadJobs(), loadStats()]));
   }
+}
+
+// The stream starts at the customer's first event, so opening a customer replays its history:
+// a job whose every access's end is in the status read when the customer was opened (or, with
+// none, that ended well before, by the service's clock) stored nothing that is not shown.
+function shownWhenOpened(selected, job, data) {
+  const opened = selected.opened;
+  if (!opened) return false;
+  const ends = [...job.accesses.entries()].filter(([, entry]) => entry.at);
+  if (ends.length === 0) return Date.parse(data.at) < selected.openedAt - 1000;
+  return ends.every(([id, entry]) => {
+    const access = opened.accesses.find((a) => a.access_id === id);
+    return Boolean(access?.finished_at)
+      && Date.parse(access.finished_at) >= Date.parse(entry.at) - 1000;
+  });
 }
 
 function later(selected, name, ms, task) {

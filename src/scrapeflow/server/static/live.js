@@ -4,7 +4,7 @@
 // polled for its state (its job.* events are on the job's own stream only).
 //
 // A tracked job: { id, kind, phase: "queued" | "running" | "ended", accessId (a code's),
-// accesses: Map(access_id → { accounts, movements, result }) }.
+// accesses: Map(access_id → { accounts, movements, result, at (when it ended) }) }.
 
 export const REFRESH = "bank.refresh";
 export const CODE = "bank.otp";
@@ -66,6 +66,7 @@ export function apply(current, type, data) {
       break;
     case "bank.access_finished":
       entry.result = data.result_code ?? "unknown";
+      entry.at = data.at;
       break;
     default:
       return [current, null];
