@@ -233,3 +233,30 @@ def test_a_key_without_the_scope_is_told_so_where_it_asked(
         expect(page.locator("#accesses tbody tr[data-access]")).to_have_count(3)
         assert seen.foreign_requests() == []
         assert seen.errors == []
+
+
+def test_a_customer_is_not_erased_while_it_is_being_updated(
+    book_browser: Browser, book_service: Service, book_sandbox: Sandbox
+) -> None:
+    token = key(book_service, "read", "refresh", "admin")
+    book_sandbox.sites["formbank"].guard.latency_ms = (1_000.0, 1_200.0)  # a long update
+    try:
+        with visiting(book_browser, book_service) as seen:
+            page = seen.page
+            seen.refusals.update({"/v1/stats": (403,), "/v1/customers/cust-1": (409,)})
+            seen.sign_in(token)
+            page.click("#customers button[data-customer='cust-1']")
+            expect(page.locator("#accesses tbody tr[data-access]")).to_have_count(3)
+            with page.expect_response(re.compile(r"/refresh$")):
+                page.get_by_role("button", name="Update accounts and movements").click()
+            with api_client(book_service, "admin") as client:
+                busy = client.delete("/v1/customers/cust-1")
+            assert busy.status_code == 409, busy.text
+            page.get_by_role("button", name="Delete customer").click()
+            page.get_by_role("button", name="Erase cust-1").click()
+            expect(page.locator("#dialog-error")).to_have_text(busy.json()["detail"])
+            page.locator("#dialog").get_by_role("button", name="Cancel").click()
+            expect(page.locator("#customer-panel")).to_be_visible()
+            assert seen.errors == []
+    finally:
+        book_sandbox.sites["formbank"].guard.latency_ms = (0.0, 2.0)
