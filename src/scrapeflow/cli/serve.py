@@ -6,7 +6,7 @@ import asyncio
 import contextlib
 from collections.abc import Awaitable, Callable
 from datetime import UTC, datetime
-from typing import TYPE_CHECKING, Annotated, TypeVar
+from typing import TYPE_CHECKING, Annotated, Any, TypeVar
 
 import typer
 
@@ -68,7 +68,23 @@ def serve(
         )
     )
 
+    exit_as_uvicorn_does = server.handle_exit
+
+    def handle_exit(sig: int, frame: Any) -> None:
+        # uvicorn only stops taking connections here, then waits (up to its 10 s) for open
+        # ones, event streams included, before the lifespan stops the job queue: the queue
+        # would start jobs meanwhile and grant its own 10 s after. At the signal, streams end
+        # and the queue takes no new job; running jobs get their grace from now.
+        service = getattr(app.state, "service", None)
+        if service is not None and running:
+            running[0].call_soon_threadsafe(service.begin_shutdown)
+        exit_as_uvicorn_does(sig, frame)
+
+    server.handle_exit = handle_exit  # type: ignore[method-assign]
+    running: list[asyncio.AbstractEventLoop] = []
+
     async def run() -> None:
+        running.append(asyncio.get_running_loop())
         startup = server.startup
 
         async def announce(sockets: list[socket.socket] | None = None) -> None:

@@ -256,6 +256,7 @@ class EmbeddedJobQueue(StoredJobs):
         self._wake = asyncio.Event()
         self._loop: asyncio.Task[None] | None = None
         self._stopping = False
+        self._stop_asked: float | None = None
 
     # -- lifecycle -------------------------------------------------------------------------
 
@@ -274,10 +275,20 @@ class EmbeddedJobQueue(StoredJobs):
         await self.stop()
         await self.store.close()
 
-    async def stop(self, grace: float = 10.0) -> None:
-        """Take no new job; let running ones finish within ``grace`` seconds, then put them
-        back in the queue (they run again after a restart)."""
+    def stop_taking(self) -> None:
+        """Take no new job from now on (running ones go on, their heartbeats too): the first
+        step of a shutdown, at the signal; :meth:`stop`'s grace counts from here."""
         self._stopping = True
+        if self._stop_asked is None:
+            self._stop_asked = asyncio.get_running_loop().time()
+
+    async def stop(self, grace: float = 10.0) -> None:
+        """Take no new job; let running ones finish within ``grace`` seconds (counted from
+        :meth:`stop_taking` when it came first), then put them back in the queue (they run
+        again after a restart)."""
+        self.stop_taking()
+        assert self._stop_asked is not None
+        grace = max(0.0, grace - (asyncio.get_running_loop().time() - self._stop_asked))
         if self._loop is not None:
             self._loop.cancel()
             with contextlib.suppress(asyncio.CancelledError):

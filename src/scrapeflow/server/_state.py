@@ -3,6 +3,7 @@ through dependencies (never module globals)."""
 
 from __future__ import annotations
 
+import asyncio
 import time
 from collections import OrderedDict, deque
 from dataclasses import dataclass, field
@@ -102,3 +103,15 @@ class ServiceState:
     """Open event streams per key and in all (``max_streams_per_key``, ``max_streams``)."""
     job_quota: JobQuota = field(default_factory=lambda: JobQuota(100))
     """Active fetch and run jobs per key (``max_jobs_per_key``)."""
+    closing: asyncio.Event = field(default_factory=asyncio.Event)
+    """Set when the service starts to stop (SIGTERM, Ctrl-C): event streams end, and no new
+    job starts; running ones get their grace from that moment."""
+
+    def begin_shutdown(self) -> None:
+        """The first step of a stop, at the signal: streams end, the queue takes no new job."""
+        if self.closing.is_set():
+            return
+        self.closing.set()
+        stop_taking = getattr(self.queue, "stop_taking", None)
+        if stop_taking is not None:
+            stop_taking()

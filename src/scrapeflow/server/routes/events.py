@@ -17,9 +17,9 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Coroutine
 from datetime import UTC, datetime
-from typing import Annotated
+from typing import Annotated, Any
 
 from fastapi import APIRouter, Depends, Header, Query
 from fastapi.sse import EventSourceResponse, ServerSentEvent
@@ -114,6 +114,18 @@ async def _key_ends(revoked: asyncio.Event, key: ApiKey) -> None:
             await revoked.wait()
 
 
+async def _stream_ends(key_ends: Coroutine[Any, Any, None], closing: asyncio.Event) -> None:
+    """Returns once the key may no longer read or the service starts to stop (a stream left
+    open would hold the shutdown for uvicorn's whole graceful wait)."""
+    ends = [asyncio.ensure_future(key_ends), asyncio.ensure_future(closing.wait())]
+    try:
+        await asyncio.wait(ends, return_when=asyncio.FIRST_COMPLETED)
+    finally:
+        for task in ends:
+            task.cancel()
+        await asyncio.gather(*ends, return_exceptions=True)
+
+
 async def _events(
     state: State,
     key: ApiKey,
@@ -130,7 +142,10 @@ async def _events(
     with metrics.streaming():
         try:
             async for event in state.events.stream(
-                start, customer=customer, job_id=job_id, until=_key_ends(revoked, key)
+                start,
+                customer=customer,
+                job_id=job_id,
+                until=_stream_ends(_key_ends(revoked, key), state.closing),
             ):
                 yield _sse(event)
         except Exception as exc:  # after the 200: the client is told, and stats count it
