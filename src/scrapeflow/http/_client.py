@@ -265,6 +265,10 @@ class HttpClient:
 
     # -- sessions ---------------------------------------------------------------------------
 
+    def forget(self, session: ScrapeSession) -> None:
+        """``session`` closed: it no longer counts among the client's."""
+        self._sessions.discard(session)
+
     def session(self, *, country: str | None = None, site: str | None = None) -> ScrapeSession:
         """A new session: its own identity, cookies and (with a provider) proxy. ``site``
         (``host:port``): the one it is for, if one; its proxy is the good one with the fewest

@@ -18,16 +18,28 @@ import math
 import random
 from collections import Counter
 from collections.abc import AsyncIterator, Sequence
-from typing import TYPE_CHECKING
+from typing import Protocol, TypeVar
 
 import yarl
 
 from scrapeflow.proxies import ProxyProvider
 
-if TYPE_CHECKING:
-    from scrapeflow.http._session import ScrapeSession
+__all__ = ["PlacedSession", "ProxyPool", "proxy_label"]
 
-__all__ = ["ProxyPool", "proxy_label"]
+
+class PlacedSession(Protocol):
+    """What the pool reads of a session it spreads work over (a ``ScrapeSession`` is one)."""
+
+    @property
+    def proxy(self) -> str | None: ...
+    @property
+    def pending(self) -> int: ...
+    @property
+    def country(self) -> str | None: ...
+    def rotate_proxy(self) -> None: ...
+
+
+Session = TypeVar("Session", bound=PlacedSession)
 
 _MAX_QUARANTINE = 1800.0
 
@@ -103,7 +115,7 @@ class ProxyPool:
         fewest = min(load(p) for p in candidates)
         return self._rng.choice([p for p in candidates if load(p) == fewest])
 
-    def least_loaded(self, sessions: Sequence[ScrapeSession]) -> ScrapeSession:
+    def least_loaded(self, sessions: Sequence[Session]) -> Session:
         """Of ``sessions``, the one to give the next piece of bulk work: on the good proxy with
         the fewest requests in progress over all its sessions, the least busy of them (the
         first among equals).
@@ -117,13 +129,13 @@ class ProxyPool:
         for session in sessions:
             load[session.proxy] += session.pending
 
-        def busy(session: ScrapeSession) -> tuple[bool, int, int]:
+        def busy(session: Session) -> tuple[bool, int, int]:
             set_aside = session.proxy is None or self.is_quarantined(session.proxy)
             return set_aside, load[session.proxy], session.pending
 
         return min(sessions, key=busy)
 
-    def _fill_empty(self, sessions: Sequence[ScrapeSession]) -> None:
+    def _fill_empty(self, sessions: Sequence[PlacedSession]) -> None:
         """A good proxy that no session uses gets one: the least busy session of the proxy
         with the most moves there (as a session moves after repeated failures, identity and
         cookies kept). Sessions leave a proxy when a CAPTCHA retires them; one left with none

@@ -10,17 +10,34 @@ session's old aiohttp session is closed once the requests still in flight on it 
 from __future__ import annotations
 
 import itertools
-from typing import TYPE_CHECKING
+import random
+from typing import Protocol
 
 import aiohttp
 
+from scrapeflow.http._config import HttpConfig
 from scrapeflow.http._identity import Identity, pick_identity
-from scrapeflow.http._proxypool import proxy_label
+from scrapeflow.http._proxypool import ProxyPool, proxy_label
 
-if TYPE_CHECKING:
-    from scrapeflow.http._client import HttpClient
+__all__ = ["ScrapeSession", "SessionOwner"]
 
-__all__ = ["ScrapeSession"]
+
+class SessionOwner(Protocol):
+    """What a session needs of the client that made it (an ``HttpClient`` is one): its
+    settings, its proxies, its connectors; told when the session closes."""
+
+    config: HttpConfig
+    rng: random.Random
+    proxy_pool: ProxyPool | None
+
+    @property
+    def connector(self) -> aiohttp.TCPConnector: ...
+    @property
+    def fresh_connector(self) -> aiohttp.TCPConnector: ...
+    @property
+    def session_traces(self) -> list[aiohttp.TraceConfig] | None: ...
+    def forget(self, session: ScrapeSession) -> None: ...
+
 
 _ids = itertools.count(1)
 
@@ -29,7 +46,7 @@ class ScrapeSession:
     """Create through ``HttpClient.session()``; pass to ``HttpClient.request(session=...)``."""
 
     def __init__(
-        self, client: HttpClient, *, country: str | None = None, site: str | None = None
+        self, client: SessionOwner, *, country: str | None = None, site: str | None = None
     ) -> None:
         self.id = next(_ids)
         self.country = country
@@ -149,4 +166,4 @@ class ScrapeSession:
             await http.close()
         self._users.clear()
         self._fresh = None
-        self._client._sessions.discard(self)
+        self._client.forget(self)
