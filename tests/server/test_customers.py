@@ -10,6 +10,7 @@ from pathlib import Path
 from scrapeflow.sandbox import Sandbox, SandboxAdmin
 
 from .conftest import Service
+from .test_events import read
 
 
 def wait_job(client, job_id: str, seconds: float = 60) -> dict:  # type: ignore[no-untyped-def]
@@ -95,6 +96,16 @@ def test_a_customer_added_through_the_api_is_refreshed_and_resumed_with_its_code
         done = wait_job(client, resumed.json()["id"])
         assert done["state"] == "succeeded", done
         assert done["result"]["result"] == "success"
+        assert done["outcome"] == "succeeded"  # a code's job tells its outcome, as a refresh's
+        # ... and its states are on the customer's stream, as a refresh's are: after the
+        # refresh's end, the code's job queued, running, succeeded.
+        path, jobs, last = "/v1/customers/ana/events", [], {}
+        while ("job.succeeded", "bank.otp") not in jobs and len(jobs) < 30:
+            told = read(client, path, until="job.succeeded", **last)
+            jobs += [(e["event"], e["data"]["kind"]) for e in told if e["event"].startswith("job.")]
+            last = {"Last-Event-ID": told[-1]["id"]}
+        mine = [event for event, kind in jobs if kind == "bank.otp"]
+        assert mine == ["job.queued", "job.running", "job.succeeded"], jobs
         status = client.get("/v1/customers/ana/status").json()
         assert [a["result"] for a in status["accesses"]] == ["success"]
         assert client.get("/v1/customers/ana/accounts").json()

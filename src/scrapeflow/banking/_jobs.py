@@ -337,7 +337,9 @@ class BankJobs:
             finally:
                 holding_job.reset(holding)
                 _job_sink.reset(token)
-        return {"customer": customer, **_access_result(report)}
+        # The outcome of the one access the code resumed, as a refresh's is of its accesses.
+        outcome = outcome_of([report.code]).value
+        return {"customer": customer, **_access_result(report), "outcome": outcome}
 
     # -- the shared launcher and its events --------------------------------------------------
 

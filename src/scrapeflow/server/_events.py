@@ -349,7 +349,9 @@ class EventLog:
         what they do is told as the refresh's (``bank.*`` events under its job)."""
         if job.kind == "bank.access":
             return
-        customer = job.params.get("customer") if job.kind == "bank.refresh" else None
+        # A refresh's and a one-time code's states are the customer's to see on its stream.
+        theirs = job.kind in ("bank.refresh", "bank.otp")
+        customer = job.params.get("customer") if theirs else None
         await self.append(
             f"job.{job.state.value}",
             {
