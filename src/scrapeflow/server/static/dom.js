@@ -13,6 +13,7 @@ const BADGES = {
   two_factor_required: "waiting", partially_updated: "waiting", partial: "waiting",
   needs_action: "waiting", wrong_credentials: "bad", user_locked: "bad",
   bank_unavailable: "bad", blocked: "bad", site_changed: "bad", unknown: "bad", timeout: "bad",
+  not_stored: "bad",
   failed: "bad", error: "bad", cancelled: "neutral", idle: "neutral", disabled: "neutral",
 };
 
