@@ -67,11 +67,26 @@ def test_movements_are_exported_as_csv_ofx_and_json(tmp_path: Path, sandbox: San
         booked = [m for m in listed(client, account=account) if not m["pending"]]
         assert len(document.findall(".//STMTTRN")) == len(booked)
 
+        # A bank ref names an account at one bank only (formbank's card and an apibank account
+        # may share one): the access narrows the list and the file to that bank's.
+        shared = next(
+            ref
+            for ref in {m["account_ref"] for m in every}
+            if len({m["access_id"] for m in every if m["account_ref"] == ref}) > 1
+        )
+        owner = next(m["access_id"] for m in every if m["account_ref"] == shared)
+        both = listed(client, account=shared)
+        one = listed(client, account=shared, access=owner)
+        assert 0 < len(one) < len(both) and {m["access_id"] for m in one} == {owner}
+        narrowed = client.get(url, params={"format": "json", "account": shared, "access": owner})
+        assert [m["key"] for m in json.loads(narrowed.text)] == [m["key"] for m in one]
+
         for params, status in (
             ({}, 422),  # the format is required
             ({"format": "pdf"}, 422),
             ({"format": "csv", "since": "2026-02-01", "until": "2026-01-01"}, 422),
             ({"format": "csv", "since": "0"}, 422),
+            ({"format": "csv", "access": "0"}, 422),
         ):
             refused = client.get(url, params=params)
             assert refused.status_code == status, (params, refused.text)

@@ -356,7 +356,9 @@ async def accounts_of(
     return [AccountView(*row[1:]) for row in rows if row[1] is not None]
 
 
-def _movements(owner: int, accounts: Sequence[str], since: date | None) -> Select[*tuple[Any, ...]]:
+def _movements(
+    owner: int, accounts: Sequence[str], since: date | None, accesses: Sequence[int] = ()
+) -> Select[*tuple[Any, ...]]:
     query: Select[*tuple[Any, ...]] = (
         select(*_MOVEMENT)
         .join(Account, Account.id == Movement.account_id)
@@ -367,6 +369,8 @@ def _movements(owner: int, accounts: Sequence[str], since: date | None) -> Selec
     if accounts:
         compacted = ["".join(a.split()).upper() for a in accounts]  # "ES49 0182 …" too
         query = query.where(Account.bank_ref.in_(list(accounts)) | Account.iban.in_(compacted))
+    if accesses:  # a bank ref names an account at one bank only: an access narrows it
+        query = query.where(Account.access_id.in_(list(accesses)))
     if since is not None:
         query = query.where(Movement.operation_date >= since)
     return query
@@ -405,11 +409,13 @@ async def movements_of(
     accounts: Sequence[str] = (),
     since: date | None = None,
     until: date | None = None,
+    accesses: Sequence[int] = (),
 ) -> list[MovementView]:
     """All the customer's movements in the order of the pages; ``accounts`` filters by bank
-    ref or IBAN, ``since`` and ``until`` by operation date (both included)."""
+    ref or IBAN, ``accesses`` by the access they were read through, ``since`` and ``until``
+    by operation date (both included)."""
     async with sessions() as session:
-        query = _movements(await _owner(session, customer), accounts, since)
+        query = _movements(await _owner(session, customer), accounts, since, accesses)
         if until is not None:
             query = query.where(Movement.operation_date <= until)
         query = query.order_by(*_PAGE_ORDER)
@@ -425,11 +431,12 @@ async def movement_page(
     accounts: Sequence[str] = (),
     since: date | None = None,
     until: date | None = None,
+    accesses: Sequence[int] = (),
 ) -> list[MovementView]:
     """Up to ``limit`` of the customer's movements in the order of the pages (newest day
     first, then account bank ref and key), those after position ``after``."""
     async with sessions() as session:
-        query = _movements(await _owner(session, customer), accounts, since)
+        query = _movements(await _owner(session, customer), accounts, since, accesses)
         if until is not None:
             query = query.where(Movement.operation_date <= until)
         if after is not None:

@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, Annotated, Literal
 
 from fastapi import APIRouter, Depends, Path, Query
 from fastapi.responses import JSONResponse
-from pydantic import BeforeValidator
+from pydantic import BeforeValidator, Field
 
 from scrapeflow.banking import BANK_OTP, BANK_REFRESH, movement_position, otp_key, refresh_key
 from scrapeflow.jobs import Job, JobState
@@ -494,6 +494,10 @@ async def movements(
         date | None, BeforeValidator(iso_date), Query(description="operated on or before")
     ] = None,
     account: Annotated[list[str] | None, Query(description="bank ref or IBAN")] = None,
+    access: Annotated[
+        list[Annotated[int, Field(ge=1, le=2**63 - 1)]] | None,
+        Query(description="read through this access (a bank ref is unique only within one)"),
+    ] = None,
     limit: Annotated[int, Query(ge=1, le=1000)] = 200,
     cursor: Annotated[str | None, Query(max_length=512)] = None,
 ) -> MovementPage:
@@ -512,6 +516,7 @@ async def movements(
             accounts=account or (),
             since=since,
             until=until,
+            accesses=access or (),
         )
     page, more = found[:limit], len(found) > limit
     return MovementPage(

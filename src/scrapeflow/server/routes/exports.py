@@ -8,7 +8,7 @@ from typing import Annotated, Literal
 
 from fastapi import APIRouter, Query
 from fastapi.responses import Response
-from pydantic import BeforeValidator
+from pydantic import BeforeValidator, Field
 
 from scrapeflow.server._deps import State
 from scrapeflow.server._problems import Problem
@@ -38,6 +38,10 @@ async def export_movements(
         date | None, BeforeValidator(iso_date), Query(description="operated on or before")
     ] = None,
     account: Annotated[list[str] | None, Query(description="bank ref or IBAN")] = None,
+    access: Annotated[
+        list[Annotated[int, Field(ge=1, le=2**63 - 1)]] | None,
+        Query(description="read through this access"),
+    ] = None,
 ) -> Response:
     """Every movement of the customer that matches, newest first, as one file to save
     (``Content-Disposition: attachment``). OFX holds booked movements only, one statement per
@@ -48,7 +52,12 @@ async def export_movements(
         raise Problem(422, "invalid-request", "since is after until")
     with customer_read(customer):
         moves = await movements_of(
-            state.sessions, customer, accounts=account or (), since=since, until=until
+            state.sessions,
+            customer,
+            accounts=account or (),
+            since=since,
+            until=until,
+            accesses=access or (),
         )
         accounts = await accounts_of(state.sessions, customer)
     if format == "csv":
@@ -58,7 +67,10 @@ async def export_movements(
     else:
         wanted = {"".join(a.split()).upper() for a in account or ()}
         chosen = [
-            a for a in accounts if not account or a.bank_ref in account or (a.iban or "") in wanted
+            a
+            for a in accounts
+            if (not account or a.bank_ref in account or (a.iban or "") in wanted)
+            and (not access or a.access_id in access)
         ]
         text = to_ofx(chosen, moves)
     name = f"{customer}-movements.{format}".encode("ascii", "replace").decode()
