@@ -15,6 +15,7 @@ from .conftest import Service
 # (method, path, the scope it needs, whether it names a customer)
 ENDPOINTS = [
     ("GET", "/v1/customers", "read", False),
+    ("GET", "/v1/banks", "read", False),
     ("POST", "/v1/customers", "admin", False),
     ("GET", "/v1/customers/cust-1", "read", True),
     ("POST", "/v1/customers/cust-1/accesses", "admin", True),

@@ -143,3 +143,24 @@ def test_outcomes_filter_the_list_and_a_disabled_access_is_left_out(
             f"/v1/customers/cust-1/accesses/{legacy['access_id']}", json={"enabled": False}
         )
         assert elsewhere.status_code == 404  # another customer's access
+
+
+def test_the_banks_a_service_reads_are_listed_for_an_add_access_form(
+    request: pytest.FixtureRequest, tmp_path: Path, sandbox: Sandbox
+) -> None:
+    db_url = service_database(request, tmp_path, "embedded")
+    with (
+        running_service(tmp_path, sandbox, db_url, customers=[]) as service,
+        service.client("read") as reader,
+        service.client("admin") as admin,
+    ):
+        banks = reader.get("/v1/banks").json()
+        codes = [b["code"] for b in banks]
+        assert {"formbank", "apibank", "legacybank"} <= set(codes) and codes == sorted(codes)
+        assert all(b["name"] and set(b) == {"code", "name", "country"} for b in banks)
+        admin.post("/v1/customers", json={"id": "ana"})
+        refused = admin.post(
+            "/v1/customers/ana/accesses", json={"bank": "nobank", "login": "a", "password": "b"}
+        )
+        assert refused.status_code == 422
+        assert all(code in refused.json()["detail"] for code in codes)  # the same list

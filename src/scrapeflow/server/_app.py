@@ -111,6 +111,7 @@ def create_app(settings: Settings) -> FastAPI:
     app.add_middleware(AccessLog, metrics=app.state.metrics)
     install_openapi(app)
     from scrapeflow.server.routes import (
+        banks,
         customers,
         dashboard,
         erasure,
@@ -124,6 +125,7 @@ def create_app(settings: Settings) -> FastAPI:
         webhooks,
     )
 
+    app.include_router(banks.router)
     app.include_router(customers.router)
     app.include_router(erasure.router)
     app.include_router(exports.router)

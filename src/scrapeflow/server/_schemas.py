@@ -51,6 +51,7 @@ __all__ = [
     "AccessResultOut",
     "AccountOut",
     "ApiStatsOut",
+    "BankOut",
     "CustomerIn",
     "CustomerList",
     "CustomerOut",
@@ -257,6 +258,14 @@ class MovementPage(BaseModel):
     movements: list[MovementOut]
     next_cursor: str | None
     """Pass as ``cursor`` for the next page; null at the end."""
+
+
+class BankOut(BaseModel):
+    code: str
+    """What an access's ``bank`` is (``formbank``)."""
+    name: str
+    country: str | None
+    """ISO 3166 code, when the scraper says."""
 
 
 class CustomerIn(BaseModel):

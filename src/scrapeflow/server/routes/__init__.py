@@ -5,6 +5,7 @@ dashboard's page."""
 from __future__ import annotations
 
 from scrapeflow.server.routes import (
+    banks,
     customers,
     dashboard,
     erasure,
@@ -18,6 +19,7 @@ from scrapeflow.server.routes import (
 )
 
 __all__ = [
+    "banks",
     "customers",
     "dashboard",
     "erasure",
