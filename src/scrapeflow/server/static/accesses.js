@@ -8,10 +8,6 @@ import { badge, button, cell, el, reason, whenCell } from "./dom.js";
 import { count, counted } from "./format.js";
 import { progressOf } from "./live.js";
 
-/** The banks this service has scrapers for, offered when adding an access (any may be typed:
- * the API's refusal of an unknown bank lists the banks it knows). */
-const KNOWN_BANKS = ["apibank", "formbank", "legacybank"];
-
 const named = (access) => `${access.bank} · ${access.login}`;
 
 /**
@@ -191,9 +187,16 @@ function erase(selected, access, hooks) {
   });
 }
 
-/** The "Add bank access" dialog for `selected`. */
-export function addAccess(selected, hooks) {
-  const banks = [...new Set([...KNOWN_BANKS, ...selected.status.accesses.map((a) => a.bank)])];
+/** The "Add bank access" dialog for `selected`, offering the banks the service reads (GET
+ * /v1/banks; any may be typed: the API's refusal of an unknown bank lists the banks it knows). */
+export async function addAccess(selected, hooks) {
+  let known = [];
+  try {
+    known = (await api("/v1/banks")).map((bank) => bank.code);
+  } catch {
+    known = []; // the list is a help: the form works without it
+  }
+  const banks = [...new Set([...known, ...selected.status.accesses.map((a) => a.bank)])];
   openDialog({
     title: `Add a bank access to ${selected.customer}`,
     message: "The customer's login at the bank. The password is encrypted at once and never shown.",
