@@ -208,7 +208,9 @@ async def test_timeout_is_recorded_per_task(tmp_path: Path, plain_site) -> None:
         "slow": {"url": f"{plain_site.url}/delay/3000"},
         "fast": {"url": plain_site.page_url(1)},
     }
-    result = await execute_async([scrape], tmp_path, tasks, timeout=0.3)
+    # 1 s: a page of the loopback site takes milliseconds, even on a busy machine (0.3 s was
+    # sometimes too little there); the slow one takes 3 s.
+    result = await execute_async([scrape], tmp_path, tasks, timeout=1.0)
     assert result == ["fast"]
     assert load(tmp_path, "slow")["scrape_status"] == "ERROR TimeoutError::"
 

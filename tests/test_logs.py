@@ -5,10 +5,12 @@ from __future__ import annotations
 
 import io
 import json
+import logging
 import os
 import socket
 import subprocess
 import sys
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -21,6 +23,19 @@ SECRET = "hunter2-S3cret"
 def fail_login() -> None:
     password = SECRET  # a local a rich traceback would print
     raise RuntimeError(f"login refused at https://user:{password}@bank.example/login")
+
+
+@pytest.fixture(autouse=True)
+def logging_as_before() -> Iterator[None]:
+    """configure_logging sets the process's loggers (the root's too): put them back after, so
+    the tests that follow in this process log as they would have."""
+    loggers = [logging.getLogger(), logging.getLogger("scrapeflow")]
+    saved = [(lg, list(lg.handlers), lg.level, lg.propagate) for lg in loggers]
+    yield
+    for logger, handlers, level, propagate in saved:
+        logger.handlers[:] = handlers
+        logger.setLevel(level)
+        logger.propagate = propagate
 
 
 @pytest.mark.parametrize("as_json", [False, True])
