@@ -507,3 +507,51 @@ def test_scrape_names_the_customer_and_shows_each_request_at_debug(
     # The form login answers with a redirect, which the scraper follows itself.
     assert any(r["status"] == 302 for r in requests)
     assert creds["formbank"]["password"] not in done.stderr + done.stdout
+
+
+def test_the_customer_book_from_the_command_line(tmp_path: Path, sandbox: Sandbox) -> None:
+    """Customers listed a page at a time, searched and filtered by outcome; renamed; an access
+    disabled (left out of the next refresh, its last result kept) and enabled again."""
+    cli = Cli(tmp_path, sandbox)
+    add_customer_with_accesses(cli, 1)
+    add_customer_with_accesses(cli, 2)  # legacybank asks for a one-time code
+    for n in range(3, 8):
+        assert cli("add-customer", f"cust-{n}", "--name", f"Customer {n}").returncode == 0
+    assert cli("refresh", "cust-1", "cust-2", "--quiet").returncode == 1  # cust-2 waits
+    first = cli("customers", "--limit", "3")
+    assert first.returncode == 0, first.stderr
+    assert [
+        line.split("│")[1].strip() for line in first.stdout.splitlines() if "│ cust-" in line
+    ] == [
+        "cust-1",
+        "cust-2",
+        "cust-3",
+    ]
+    assert "3 of 7 customer(s); the next page: --after cust-3" in first.stdout
+    rest = cli("customers", "--after", "cust-3")
+    assert "4 of 7 customer(s)" in rest.stdout and "next page" not in rest.stdout
+    waiting = cli("customers", "--outcome", "needs_action")
+    assert "│ cust-2" in waiting.stdout and "│ cust-1" not in waiting.stdout
+    assert "1 of 1 customer(s)" in waiting.stdout
+    found = cli("customers", "--search", "CUSTOMER 5")
+    assert "│ cust-5" in found.stdout and "1 of 1" in found.stdout
+    bad = cli("customers", "--outcome", "green")
+    assert bad.returncode == 2 and "--outcome: 'green' is not one of" in bad.stderr
+
+    assert cli("rename", "cust-5", "Quinta").returncode == 0
+    assert "Quinta" in cli("customers", "--search", "quinta").stdout
+
+    legacy = next(
+        line.split("│")[1].strip()
+        for line in cli("status", "cust-2").stdout.splitlines()
+        if "legacybank" in line
+    )
+    assert cli("disable", "cust-2", legacy).returncode == 0
+    assert "(disabled)" in cli("status", "cust-2").stdout
+    again = cli("refresh", "cust-2", "--quiet")
+    assert again.returncode == 0, again.stdout + again.stderr  # the waiting access left out
+    assert "│ cust-2" in cli("customers", "--outcome", "succeeded").stdout
+    assert cli("enable", "cust-2", legacy).returncode == 0
+    assert "(disabled)" not in cli("status", "cust-2").stdout
+    nobody = cli("disable", "cust-1", legacy)  # another customer's access
+    assert nobody.returncode == 2 and f"has no access {legacy}" in nobody.stderr

@@ -80,7 +80,7 @@ def print_accesses(rows: Sequence[AccessView]) -> None:
             str(a.access_id),
             a.bank,
             escape(a.login),
-            a.state.value,
+            a.state.value if a.enabled else f"{a.state.value} (disabled)",
             a.result.value if a.result else "",
             str(a.accounts),
             str(a.movements),

@@ -32,6 +32,7 @@ import typer
 from rich.markup import escape
 from rich.table import Table
 
+from scrapeflow.cli import _bankbook
 from scrapeflow.cli._banktables import (
     print_accesses,
     print_accounts,
@@ -487,6 +488,12 @@ def _status(
     config = settings(ctx)
     (customer,) = _customer_ids([customer])
     print_accesses(_run(config, _with_db(config, lambda s: accesses_of(s, customer))))
+
+
+app.command("customers")(_bankbook.customers)
+app.command("rename")(_bankbook.rename)
+app.command("disable")(_bankbook.disable)
+app.command("enable")(_bankbook.enable)
 
 
 @app.command("erase")
