@@ -27,36 +27,38 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import json
-import logging
 import random
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
 from types import TracebackType
 from typing import Any
 
 import aiohttp
 import yarl
-from multidict import CIMultiDict, CIMultiDictProxy
 
 from scrapeflow._util.logs import get_logger
 from scrapeflow._util.redact import redact
 from scrapeflow.errors import (
-    Banned,
-    CaptchaDetected,
-    ConnectionFailed,
     EgressBlocked,
     FetchError,
-    FetchTimeout,
     NoProxyAvailable,
     RetryBudgetExhausted,
 )
 from scrapeflow.http._config import IDEMPOTENT_METHODS, HttpConfig
 from scrapeflow.http._egress import EgressPolicy, egress_refusal, judge_target, redirect_judge
-from scrapeflow.http._failures import failure_class
+from scrapeflow.http._exchange import exchange
 from scrapeflow.http._hosts import HostLimiter, HostSlot
+from scrapeflow.http._outcome import (
+    Outcome,
+    count_failure,
+    describe,
+    error_text,
+    final_error,
+    judge,
+    never_sent,
+)
 from scrapeflow.http._proxypool import ProxyPool, proxy_label
+from scrapeflow.http._response import BanCheck, Response, Validator
 from scrapeflow.http._session import ScrapeSession
 from scrapeflow.http._stale import Sending, trace_reuse
 from scrapeflow.http._stale import stale as is_stale
@@ -66,100 +68,13 @@ from scrapeflow.proxies import ProxyProvider
 __all__ = ["HttpClient", "Response"]
 
 _log = get_logger(__name__)
-_debugging = logging.getLogger(__name__).isEnabledFor
 _PROXY_FAILURES = (aiohttp.ClientProxyConnectionError, aiohttp.ClientHttpProxyError)
 _STALE_RESENDS = 3
 """Requests sent again at once, per request, after a write to a pooled connection that its
 peer had closed: aiohttp may hand out several such connections in a row."""
 _NOT_THE_PROXYS = frozenset({"throttle", "captcha", "stale"})
 """Failures a proxy relayed or had no part in, not held against it."""
-_THROTTLE_STATUSES = frozenset({429, 503})
-_READ_CHUNK = 256 * 1024
 _POOL_SCAN = 16  # pooled sessions compared in full up to this many
-_CREDENTIAL_HEADERS = frozenset({"authorization", "proxy-authorization", "cookie"})
-
-Validator = Callable[[bytes], None]
-BanCheck = Callable[["Response"], bool]
-
-
-@dataclass(frozen=True, slots=True)
-class Response:
-    """A whole answer: status, headers, body, final URL, and how it was obtained."""
-
-    method: str
-    url: str
-    status: int
-    headers: CIMultiDictProxy[str]
-    body: bytes
-    elapsed: float
-    attempts: int
-    proxy: str | None  # host:port of the proxy, never its credentials
-
-    def text(self, encoding: str | None = None, *, default_encoding: str = "utf-8") -> str:
-        """The body as text, decoded strictly.
-
-        The charset is ``encoding`` when given (it overrides what the server declares: for a
-        site known to mislabel its pages), else the ``charset`` of ``Content-Type``, else
-        ``default_encoding``. A byte that does not decode, or a charset Python does not know,
-        raises :class:`~scrapeflow.errors.UndecodableBody` (also a ``ValueError``): replacement
-        characters would be parsed and stored as if the site had sent them.
-        """
-        from scrapeflow.errors import UndecodableBody  # kept local: may join the imports above
-
-        charset = encoding
-        if charset is None:
-            for param in self.headers.get("Content-Type", "").split(";")[1:]:
-                name, _, value = param.partition("=")
-                if name.strip().lower() == "charset":
-                    charset = value.strip().strip("\"'") or None
-            charset = charset or default_encoding
-        try:
-            return self.body.decode(charset)
-        except (LookupError, UnicodeDecodeError) as exc:
-            # The query may carry a token: the URL is named without it.
-            where = str(yarl.URL(self.url).with_user(None).with_query(None).with_fragment(None))
-            if isinstance(exc, UnicodeDecodeError):
-                bad = self.body[exc.start : exc.start + 4].hex(" ")
-                problem = f"the body is not {charset[:40]} (bytes {bad} at offset {exc.start})"
-                position: int | None = exc.start
-            else:
-                problem, position = f"unknown charset {charset[:40]!r}", None
-            raise UndecodableBody(
-                f"{self.method} {where}: {problem}", url=where, encoding=charset, position=position
-            ) from None
-
-    def json(self) -> Any:
-        return json.loads(self.body)
-
-
-def _never_sent(outcome: _Outcome) -> bool:
-    """Whether the failed attempt cannot have reached the server: safe to send again, even a
-    POST. No connection could be made, or nobody read it (kind ``stale``, its resends spent)."""
-    return isinstance(outcome.error, aiohttp.ClientConnectorError) or outcome.unread
-
-
-class _Outcome:
-    """Why an attempt did not succeed, for the retry decision."""
-
-    __slots__ = ("error", "generation", "kind", "proxy", "response", "retry_after", "unread")
-
-    def __init__(
-        self,
-        kind: str,
-        *,
-        response: Response | None = None,
-        error: BaseException | None = None,
-        retry_after: float | None = None,
-        unread: bool = False,
-    ) -> None:
-        self.kind = kind
-        self.response = response
-        self.error = error
-        self.retry_after = retry_after
-        self.unread = unread
-        """Nobody read the request (:func:`scrapeflow.http._stale.stale`)."""
-        self.proxy: str | None = None  # the label of the proxy it went through
-        self.generation = 0  # of the session it was sent with
 
 
 class HttpClient:
@@ -420,7 +335,7 @@ class HttpClient:
             ):
                 waited_out += 1  # told when to come back: not a failed attempt
             elif (
-                not (retryable_method or _never_sent(outcome))
+                not (retryable_method or never_sent(outcome))
                 or attempt - waited_out - resent >= policy.attempts
             ):
                 return self._give_up(outcome, url, attempt)
@@ -453,7 +368,7 @@ class HttpClient:
         *,
         resend_stale: bool,
         idempotent: bool,
-    ) -> Response | _Outcome:
+    ) -> Response | Outcome:
         """One try: its response, or why it failed, charged to the proxy, session and host
         slot it concerns. ``resend_stale``: a request nobody read (see ``_stale``; for an
         ``idempotent`` one, more cases) is kind ``stale``, charged to nobody, its place on the
@@ -467,7 +382,7 @@ class HttpClient:
         proxy_stats = self.stats.proxy(label)
         sent_at = asyncio.get_running_loop().time()
         started = time.monotonic()
-        outcome: Response | _Outcome
+        outcome: Response | Outcome
         stale = False
         sending = Sending()
         try:
@@ -481,9 +396,9 @@ class HttpClient:
                     method, url, session, proxy, attempt, sending, kwargs, fresh=fresh
                 )
         except _PROXY_FAILURES as exc:
-            outcome = _Outcome("proxy", error=exc)
+            outcome = Outcome("proxy", error=exc)
         except TimeoutError as exc:
-            outcome = _Outcome("timeout", error=exc)
+            outcome = Outcome("timeout", error=exc)
         except FetchError:
             raise
         except aiohttp.ClientError as exc:
@@ -494,9 +409,15 @@ class HttpClient:
                 ) from None
             unread = is_stale(exc, sending, idempotent=idempotent)
             stale = unread and resend_stale
-            outcome = _Outcome("stale" if stale else "connection", error=exc, unread=unread)
+            outcome = Outcome("stale" if stale else "connection", error=exc, unread=unread)
         else:
-            outcome = self._judge(response, validate, retry_statuses, session)
+            outcome = judge(
+                response,
+                validate,
+                retry_statuses,
+                ban_statuses=self.config.ban_statuses,
+                is_ban=self.is_ban,
+            )
         finally:
             host_slot.release(unused=place if stale else None)
         elapsed = time.monotonic() - started
@@ -512,8 +433,8 @@ class HttpClient:
                 proxy_stats.timed(elapsed)
             return outcome
         outcome.proxy, outcome.generation = label, generation
-        self._count_failure(outcome, host_stats, proxy_stats)
-        session.last_failure = _describe(outcome)
+        count_failure(outcome, host_stats, proxy_stats)
+        session.last_failure = describe(outcome)
         if outcome.kind == "throttle" or (outcome.kind == "ban" and proxy is None):
             # Not a CAPTCHA: sites serve them at random, to a fingerprint, to a cookie; it
             # burns the session (retired and retried), it does not say "slower". Cutting the
@@ -548,7 +469,7 @@ class HttpClient:
             attempt=attempt,
             kind=outcome.kind,
             status=outcome.response.status if outcome.response else None,
-            error=None if outcome.error is None else _error_text(outcome.error),
+            error=None if outcome.error is None else error_text(outcome.error),
             seconds=round(elapsed, 3),
         )
         return outcome
@@ -606,203 +527,24 @@ class HttpClient:
                 await judge_target(self._egress, url)
         http = session.checkout(fresh=fresh)
         try:
-            return await self._exchange(http, method, url, proxy, attempt, started, sending, kwargs)
+            return await exchange(
+                http,
+                method,
+                url,
+                proxy,
+                attempt,
+                started,
+                sending,
+                kwargs,
+                max_body_bytes=self.config.max_body_bytes,
+            )
         finally:
             await session.checkin(http)
 
-    async def _exchange(
-        self,
-        http: aiohttp.ClientSession,
-        method: str,
-        url: yarl.URL,
-        proxy: str | None,
-        attempt: int,
-        started: float,
-        sending: Sending,
-        kwargs: dict[str, Any],
-    ) -> Response:
-        async with http.request(method, url, proxy=proxy, trace_request_ctx=sending, **kwargs) as r:
-            sending.answered = True
-            limit = self.config.max_body_bytes
-            if r.content_length is not None and r.content_length > limit:
-                raise FetchError(
-                    f"body of {r.content_length} bytes is over the {limit}-byte limit",
-                    url=redact(str(url)),
-                    attempts=attempt,
-                )
-            if r.content_length is not None and "Content-Encoding" not in r.headers:
-                # The length is declared and within the limit, and the parser reads no byte past
-                # it: one read of the whole body, not a loop over chunks.
-                body = await r.read()
-            else:
-                body = await self._read_capped(r, url, attempt)
-            if _debugging(logging.DEBUG):  # what was sent and what came back, secrets masked
-                _log.debug(
-                    "http.response",
-                    method=method,
-                    url=redact(str(url)),
-                    status=r.status,
-                    ms=round((time.monotonic() - started) * 1000),
-                    redirects=[f"{h.status} {redact(str(h.url))}" for h in r.history] or None,
-                    final_url=redact(str(r.url)) if r.history else None,
-                    bytes=len(body),
-                    proxy=proxy_label(proxy),
-                )
-            if proxy is not None and _proxy_refused_login(r.status, r.headers):
-                raise aiohttp.ClientHttpProxyError(
-                    _without_credentials(r.request_info),
-                    (),
-                    status=r.status,
-                    message="proxy refused the login",
-                )
-            return Response(
-                method=method,
-                url=str(r.url),
-                status=r.status,
-                headers=r.headers,
-                body=body,
-                elapsed=time.monotonic() - started,
-                attempts=attempt,
-                proxy=proxy_label(proxy),
-            )
-
-    async def _read_capped(self, r: aiohttp.ClientResponse, url: yarl.URL, attempt: int) -> bytes:
-        """The body of an answer of unknown (chunked) or encoded length, read chunk by chunk
-        so that one over ``max_body_bytes`` is refused before it is all in memory."""
-        limit = self.config.max_body_bytes
-        chunks = []
-        size = 0
-        async for chunk in r.content.iter_chunked(_READ_CHUNK):
-            size += len(chunk)
-            if size > limit:
-                raise FetchError(
-                    f"body over the {limit}-byte limit", url=redact(str(url)), attempts=attempt
-                )
-            chunks.append(chunk)
-        return b"".join(chunks)
-
-    def _judge(
-        self,
-        response: Response,
-        validate: Validator | None,
-        retry_statuses: frozenset[int],
-        session: ScrapeSession,
-    ) -> Response | _Outcome:
-        status = response.status
-        if status in self.config.ban_statuses or (self.is_ban and self.is_ban(response)):
-            return _Outcome("ban", response=response)
-        if status in retry_statuses:
-            retry_after = _retry_after(response)
-            kind = "throttle" if status in _THROTTLE_STATUSES else "status"
-            return _Outcome(kind, response=response, retry_after=retry_after)
-        if validate is not None and 200 <= status < 300:
-            try:
-                validate(response.body)
-            except Exception as exc:
-                return _Outcome("captcha", response=response, error=exc)
-        return response
-
-    def _count_failure(self, outcome: _Outcome, *stats: Any) -> None:
-        for s in stats:
-            if s is None:
-                continue
-            if outcome.kind == "ban":
-                s.bans += 1
-            elif outcome.kind == "captcha":
-                s.captchas += 1
-            elif outcome.kind == "throttle":
-                s.throttled += 1
-            elif outcome.kind == "stale":
-                s.resent += 1
-            else:
-                s.errors[outcome.kind] += 1
-
-    def _give_up(self, outcome: _Outcome, url: str, attempts: int) -> Response:
+    def _give_up(self, outcome: Outcome, url: str, attempts: int) -> Response:
         if outcome.response is not None and outcome.kind in ("status", "throttle"):
             return outcome.response  # a final answer: the caller judges its status
         raise self._final_error(outcome, url, attempts)
 
-    def _final_error(self, outcome: _Outcome, url: str, attempts: int) -> FetchError:
-        error = self._make_final_error(outcome, url, attempts)
-        error.__cause__ = outcome.error  # e.g. the validator's own error, for the caller
-        return error
-
-    def _make_final_error(self, outcome: _Outcome, url: str, attempts: int) -> FetchError:
-        shown = redact(url)
-        # A fixed phrase, never the error's text: aiohttp's quotes what the peer sent.
-        detail = "" if outcome.error is None else f": {_phrase(outcome.error)}"
-        if outcome.kind == "captcha":
-            return CaptchaDetected(
-                f"CAPTCHA after {attempts} attempt(s){detail}", url=shown, attempts=attempts
-            )
-        if outcome.kind == "ban":
-            status = outcome.response.status if outcome.response else "?"
-            return Banned(
-                f"banned (HTTP {status}) after {attempts} attempt(s)", url=shown, attempts=attempts
-            )
-        if outcome.kind == "timeout":
-            return FetchTimeout(
-                f"no answer in {self.config.timeout:g} s after {attempts} attempt(s)",
-                url=shown,
-                attempts=attempts,
-            )
-        return ConnectionFailed(
-            f"{outcome.kind} failure after {attempts} attempt(s){detail}",
-            url=shown,
-            attempts=attempts,
-        )
-
-
-def _proxy_refused_login(status: int, headers: CIMultiDictProxy[str]) -> bool:
-    """Whether an answer through a proxy is the proxy refusing our credentials, not the site.
-
-    The standard refusal is a 407 with a ``Proxy-Authenticate`` challenge. tinyproxy answers a
-    wrong BasicAuth login with a 401 of its own instead (``Server: tinyproxy/...``, and no
-    ``Via``: an answer a proxy relays from the site carries the proxy's ``Via``). Taken for the
-    site's 401, it would fail the task as if the site refused us, and never try another proxy.
-    """
-    if status == 407 or "Proxy-Authenticate" in headers:
-        return True
-    return (
-        status == 401
-        and "Via" not in headers
-        and headers.get("Server", "").lower().startswith("tinyproxy/")
-    )
-
-
-def _error_text(error: BaseException) -> str:
-    """An error for a log line: its type and message, credentials scrubbed. Not its ``repr``:
-    aiohttp's carries the request's headers, ``Proxy-Authorization`` among them."""
-    return redact(f"{type(error).__name__}: {error}")
-
-
-def _without_credentials(info: aiohttp.RequestInfo) -> aiohttp.RequestInfo:
-    """``info`` without the headers that carry credentials, to travel inside an error."""
-    headers = CIMultiDict(
-        (k, v) for k, v in info.headers.items() if k.lower() not in _CREDENTIAL_HEADERS
-    )
-    return aiohttp.RequestInfo(info.url, info.method, CIMultiDictProxy(headers), info.real_url)
-
-
-def _describe(outcome: _Outcome) -> str:
-    if outcome.response is not None:
-        return f"{outcome.kind}, HTTP {outcome.response.status}"
-    return f"{outcome.kind}: {_phrase(outcome.error)}" if outcome.error else outcome.kind
-
-
-def _phrase(error: BaseException) -> str:
-    """What an error may say of a failure: a validator's own words (our caller's code), else
-    the transport failure's fixed class."""
-    if isinstance(error, aiohttp.ClientError | OSError | TimeoutError):
-        return failure_class(error)
-    return redact(str(error))
-
-
-def _retry_after(response: Response) -> float | None:
-    value = response.headers.get("Retry-After")
-    if value is None:
-        return None
-    try:
-        return max(0.0, float(value))
-    except ValueError:
-        return None  # an HTTP date: rare from rate limiters; the backoff applies
+    def _final_error(self, outcome: Outcome, url: str, attempts: int) -> FetchError:
+        return final_error(outcome, url, attempts, timeout=self.config.timeout)
