@@ -41,7 +41,6 @@ import secrets
 import time
 import traceback
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Mapping
-from dataclasses import dataclass, field
 from datetime import UTC, date, datetime
 from functools import partial
 from pathlib import Path
@@ -55,11 +54,13 @@ from scrapeflow._util.logs import get_logger
 from scrapeflow._util.redact import redact
 from scrapeflow.banking._directory import find_customer
 from scrapeflow.banking._events import EventKind, EventSink, LaunchEvent
+from scrapeflow.banking._launches import Launch, SpreadLaunch
 from scrapeflow.banking._launchlog import LaunchLog, prepare_log_dir
-from scrapeflow.banking._models import Access, Customer, FinancialEntity
+from scrapeflow.banking._models import Access, Customer
+from scrapeflow.banking._readiness import check_ready
 from scrapeflow.banking._registry import get_scraper
 from scrapeflow.banking._reports import AccessReport, LaunchLimits, LaunchReport
-from scrapeflow.banking._results import Outcome, ResultCode
+from scrapeflow.banking._results import ResultCode
 from scrapeflow.banking._scraper import (
     AccessSink,
     BasicScraper,
@@ -84,12 +85,11 @@ from scrapeflow.banking._state import (
     stamp_heartbeats,
     take_over_customer,
 )
-from scrapeflow.banking._vault import KEY_FILE_ENV, KEYS_ENV, CredentialVault
+from scrapeflow.banking._vault import CredentialVault
 from scrapeflow.banking._writequeue import GroupedWrite, WriteQueue, writers_for
 from scrapeflow.banking._writer import SqlWriter, Writer
 from scrapeflow.db import create_engine, session_factory
 from scrapeflow.errors import (
-    ConfigError,
     InputError,
     RefreshInProgress,
     ResultsNotStored,
@@ -106,71 +106,6 @@ T = TypeVar("T")
 Today = Callable[[], date | Awaitable[date]]
 _STOPPED = "the launch was stopped"
 _TAKE_OVER_BEATS = 5  # a dead holder's heartbeat is stale after 3 (MISSED_BEATS)
-
-
-@dataclass(frozen=True, slots=True)
-class _Launch:
-    """What the steps of one launch share."""
-
-    id: str
-    customer_id: int
-    log: LaunchLog
-    started: float
-    """``time.monotonic()`` at the launch's start (balances are timed from it)."""
-    today: date
-    """The day the launch reads movements up to (the incremental window's end)."""
-    otp: Mapping[int, str]
-    """One-time codes by access id."""
-    begun: set[int] = field(default_factory=set)
-    """Ids of the claimed accesses whose scraper task began: each stores its own end. One whose
-    task was cancelled before it began never runs a line of it, so the launch ends it."""
-    lost: list[BaseException] = field(default_factory=list)
-    """The launch's writes that failed (a batch, an access's end, the customer's): what is
-    stored is then not what the banks said, and the launch must run again."""
-
-    def check_stored(self, what: str) -> None:
-        """Raise :class:`ResultsNotStored` if a write of the launch failed."""
-        if self.lost:
-            raise ResultsNotStored(
-                f"{what} could not store all it read ({len(self.lost)} writes failed)"
-            ) from self.lost[0]
-
-    @classmethod
-    def open(
-        cls,
-        log_dir: Path | None,
-        customer_id: int,
-        external_id: str,
-        launch_id: str | None = None,
-        **rest: Any,
-    ) -> _Launch:
-        launch_id = launch_id or secrets.token_hex(4)
-        log = LaunchLog(log_dir, external_id=external_id, launch_id=launch_id)
-        return cls(launch_id, customer_id, log, **rest)
-
-    def event(
-        self, kind: EventKind, job: ClaimedAccess | None = None, **fields: Any
-    ) -> LaunchEvent:
-        if job is None:
-            return LaunchEvent(kind, self.id, self.customer_id, **fields)
-        return LaunchEvent(kind, self.id, self.customer_id, job.access_id, job.bank, **fields)
-
-
-@dataclass(slots=True)
-class SpreadLaunch:
-    """A launch whose accesses are scraped by parts, on any worker
-    (:meth:`Launcher.spread_launch`)."""
-
-    id: str
-    customer_id: int
-    external_id: str
-    accesses: tuple[int, ...]
-    """The customer's accesses, by id, when the launch started."""
-    outcome: Outcome | None = None
-    """Set by the caller once the parts ended: how the refresh ended."""
-
-    def event(self, kind: EventKind, **fields: Any) -> LaunchEvent:
-        return LaunchEvent(kind, self.id, self.customer_id, **fields)
 
 
 class Launcher:
@@ -344,7 +279,7 @@ class Launcher:
         started = time.monotonic()
         # The log file before the claim: an unwritable log directory must not leave the
         # customer marked "in progress".
-        launch = _Launch.open(
+        launch = Launch.open(
             self.log_dir, customer_id, external_id, started=started, today=today, otp=otp
         )
         report = LaunchReport(launch.id, customer_id, external_id, log_file=launch.log.path)
@@ -545,7 +480,7 @@ class Launcher:
             raise InputError(f"access {access_id} is disabled: enable it to scrape it")
         today = await self._ready(Access.id == access_id)
         otps = {access_id: otp} if otp else {}
-        launch = _Launch.open(
+        launch = Launch.open(
             self.log_dir,
             owner_id,
             external_id,
@@ -582,45 +517,17 @@ class Launcher:
     # -- steps ------------------------------------------------------------------------------
 
     async def _ready(self, accesses: ColumnElement[bool]) -> date:
-        """Check, before anything is claimed, that the launch's configuration can do for the
-        enabled ``accesses`` selected: a scraper and a URL for each bank, a vault that opens each
-        credential (its signature only: nothing is decrypted), a log directory to write in.
-        Raises naming the access, its bank and the setting; returns the launch's day."""
-        query = (
-            select(Access.id, Access.secret, FinancialEntity.code, Customer.external_id)
-            .join(FinancialEntity, FinancialEntity.id == Access.entity_id)
-            .join(Customer, Customer.id == Access.customer_id)
-            .where(accesses, Access.enabled.is_(True))
-            .order_by(Access.id)
-        )
-        async with self.sessions() as session:
-            rows = (await session.execute(query)).all()
-        for access_id, secret, bank, external_id in rows:
-            whose = f"access {access_id} of customer {external_id!r}"
-            try:
-                scraper_cls = get_scraper(bank)
-            except UnknownScraper as exc:
-                raise UnknownScraper(f"{exc} ({whose})") from None
-            if not self._base_url(bank, scraper_cls):
-                raise ConfigError(
-                    f"no URL for bank {bank!r} ({whose}): give it with --bank-url "
-                    f"{bank}=https://…, SCRAPEFLOW_BANK_URLS or a sandbox manifest"
-                )
-            if not self.vault.can_decrypt(secret):
-                raise VaultError(
-                    f"the vault cannot decrypt the stored password of {whose} at {bank!r}: "
-                    f"it was encrypted with a key that {KEYS_ENV} / {KEY_FILE_ENV} do not "
-                    "hold (a wrong or rotated-away key), or it is corrupt"
-                )
-        today = await self._today()
+        """See :func:`check_ready`; returns the launch's day."""
+        await check_ready(self.sessions, accesses, vault=self.vault, base_url=self._base_url)
+        day = await self._today()
         if self.log_dir is not None:
             prepare_log_dir(self.log_dir)
-        return today
+        return day
 
     def _base_url(self, bank: str, scraper_cls: type[BasicScraper]) -> str | None:
         return self.bank_urls.get(bank) or scraper_cls.default_url
 
-    async def _run_access(self, job: ClaimedAccess, launch: _Launch) -> AccessReport:
+    async def _run_access(self, job: ClaimedAccess, launch: Launch) -> AccessReport:
         """Scrape one claimed access and store how it ended. Never raises but to cancel."""
         report = AccessReport(job.access_id, job.bank, ResultCode.UNKNOWN)
         started = time.monotonic()
@@ -676,7 +583,7 @@ class Launcher:
         return report
 
     def _scraper(
-        self, job: ClaimedAccess, sink: AccessSink, state: dict[str, Any], launch: _Launch
+        self, job: ClaimedAccess, sink: AccessSink, state: dict[str, Any], launch: Launch
     ) -> BasicScraper:
         # Checked before the claim (_ready); an access added since still ends with a code.
         scraper_cls = get_scraper(job.bank)
@@ -716,7 +623,7 @@ class Launcher:
         job: ClaimedAccess,
         report: AccessReport,
         state: dict[str, Any] | None,
-        launch: _Launch,
+        launch: Launch,
     ) -> None:
         detail = redact(report.detail)[:500] or None  # scrubbed before it is cut
         token = UNCHANGED if state is None else seal_session_state(self.vault, state)
@@ -751,7 +658,7 @@ class Launcher:
         )
 
     async def _finish_stopped(
-        self, customer_id: int, stranded: list[ClaimedAccess], launch: _Launch
+        self, customer_id: int, stranded: list[ClaimedAccess], launch: Launch
     ) -> None:
         """End a launch: each access in ``stranded`` (claimed, but stopped before its scraper
         began) as stopped, then the customer."""
