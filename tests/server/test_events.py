@@ -4,6 +4,8 @@ Last-Event-ID mid-refresh loses nothing and repeats nothing; on each job backend
 from __future__ import annotations
 
 import json
+import threading
+import time
 from collections.abc import Iterator
 from typing import Any
 
@@ -82,3 +84,38 @@ def test_a_bad_last_event_id_is_a_problem(service: Service) -> None:
         answer = client.get("/v1/customers/cust-1/events", headers={"Last-Event-ID": "abc"})
     assert answer.status_code == 422
     assert answer.json()["type"] == "invalid-request"
+
+
+def test_after_latest_streams_what_happens_from_now_on_without_the_history(
+    service: Service, sandbox: Sandbox
+) -> None:
+    """A page opened on a customer with a history wants the live events only: ``?after=latest``
+    replays nothing and starts with the next refresh's first event."""
+    with service.client("refresh", "read") as client:
+        assert client.post("/v1/customers/cust-1/refresh").status_code == 202
+        history = read(client, "/v1/customers/cust-1/events", until="job.succeeded")
+        got: list[dict[str, Any]] = []
+
+        def follow() -> None:
+            with service.client("read") as reader:
+                got.extend(
+                    read(
+                        reader,
+                        "/v1/customers/cust-1/events?after=latest",
+                        until="job.succeeded",
+                    )
+                )
+
+        follower = threading.Thread(target=follow)
+        follower.start()
+        time.sleep(1.0)  # the stream is open, at the newest event
+        second = client.post("/v1/customers/cust-1/refresh").json()
+        follower.join(timeout=60)
+        assert got, "nothing streamed"
+        assert int(got[0]["id"]) > int(history[-1]["id"])  # nothing of the history
+        assert (got[0]["event"], got[-1]["event"]) == ("job.queued", "job.succeeded")
+        assert {e["data"]["job_id"] for e in got if "job_id" in e["data"]} == {second["id"]}
+        for bad in ("soon", "-1", "1.5"):
+            refused = client.get(f"/v1/customers/cust-1/events?after={bad}")
+            assert refused.status_code == 422
+            assert "(or 'latest')" in refused.json()["detail"]

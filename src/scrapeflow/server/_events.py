@@ -207,6 +207,10 @@ class EventLog:
             except Exception as exc:  # the database away for a moment: look again later
                 _log.warning("could not look for new events", error=type(exc).__name__)
 
+    async def last_id(self) -> int:
+        """The id of the newest event stored (0 when there is none)."""
+        return await self._last_id()
+
     async def _last_id(self) -> int:
         async with self.engine.connect() as connection:
             found = await connection.scalar(select(func.max(events_table.c.id)))

@@ -49,15 +49,22 @@ LastEventId = Annotated[
 ]
 After = Annotated[
     str | None,
-    Query(description="resume after this event id (digits, at most 2**63-1)", examples=["42"]),
+    Query(
+        description="resume after this event id (digits, at most 2**63-1), or 'latest': only "
+        "what happens from now on, no replay",
+        examples=["42", "latest"],
+    ),
 ]
+LATEST = -1
+"""``?after=latest``: the start is the newest event stored when the stream opens."""
 Metrics = Annotated[ServiceMetrics, Depends(service_metrics)]
 
 
 def _start(last_event_id: str | None, after: str | None) -> int:
-    """The id to resume after: ``?after=``, else ``Last-Event-ID``, else 0."""
+    """The id to resume after: ``?after=``, else ``Last-Event-ID``, else 0 (:data:`LATEST`
+    for ``?after=latest``, resolved when the stream opens)."""
     if after is not None:
-        return _event_id("after", after)
+        return LATEST if after == "latest" else _event_id("after", after)
     if last_event_id is None or not last_event_id.strip():
         return 0
     return _event_id("Last-Event-ID", last_event_id.strip())
@@ -65,13 +72,13 @@ def _start(last_event_id: str | None, after: str | None) -> int:
 
 def _event_id(name: str, given: str) -> int:
     # isascii: str.isdigit also takes "²" and other digits int() refuses or reads otherwise
-    if not (0 < len(given) <= 19 and given.isascii() and given.isdigit()):
+    valid = 0 < len(given) <= 19 and given.isascii() and given.isdigit()
+    if not valid or int(given) > MAX_EVENT_ID:
+        latest = " (or 'latest')" if name == "after" else ""
         raise Problem(
-            422, "invalid-request", f"{name} must be an event id: digits, at most 2**63-1"
-        )
-    if int(given) > MAX_EVENT_ID:
-        raise Problem(
-            422, "invalid-request", f"{name} must be an event id: digits, at most 2**63-1"
+            422,
+            "invalid-request",
+            f"{name} must be an event id{latest}: digits, at most 2**63-1",
         )
     return int(given)
 
@@ -139,6 +146,8 @@ async def _events(
     # Held while the stream is (see KeyRing): set on a revocation, an expiry, or a rotation
     # that drops the secret this stream was opened with.
     revoked = state.keys.revoked_signal(key.id, key.secret_sha256)
+    if start == LATEST:
+        start = await state.events.last_id()
     with metrics.streaming():
         try:
             async for event in state.events.stream(
