@@ -55,16 +55,16 @@ After = Annotated[
         examples=["42", "latest"],
     ),
 ]
-LATEST = -1
+_LATEST = -1
 """``?after=latest``: the start is the newest event stored when the stream opens."""
 Metrics = Annotated[ServiceMetrics, Depends(service_metrics)]
 
 
 def _start(last_event_id: str | None, after: str | None) -> int:
-    """The id to resume after: ``?after=``, else ``Last-Event-ID``, else 0 (:data:`LATEST`
+    """The id to resume after: ``?after=``, else ``Last-Event-ID``, else 0 (``_LATEST``
     for ``?after=latest``, resolved when the stream opens)."""
     if after is not None:
-        return LATEST if after == "latest" else _event_id("after", after)
+        return _LATEST if after == "latest" else _event_id("after", after)
     if last_event_id is None or not last_event_id.strip():
         return 0
     return _event_id("Last-Event-ID", last_event_id.strip())
@@ -146,7 +146,7 @@ async def _events(
     # Held while the stream is (see KeyRing): set on a revocation, an expiry, or a rotation
     # that drops the secret this stream was opened with.
     revoked = state.keys.revoked_signal(key.id, key.secret_sha256)
-    if start == LATEST:
+    if start == _LATEST:
         start = await state.events.last_id()
     with metrics.streaming():
         try:
