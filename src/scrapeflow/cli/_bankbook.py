@@ -1,6 +1,7 @@
 """The customer book from the command line, as the API and the dashboard run it: customers
 listed a page at a time (searched, filtered by outcome), renamed; an access disabled and
-enabled again. Registered on ``scrapeflow bank`` by :mod:`scrapeflow.cli.bank`."""
+enabled again. Registered on ``scrapeflow bank`` by :mod:`scrapeflow.cli.bank`, whose
+database helpers (:mod:`scrapeflow.cli._bankdb`) it shares."""
 
 from __future__ import annotations
 
@@ -10,6 +11,7 @@ import typer
 from rich.markup import escape
 from rich.table import Table
 
+from scrapeflow.cli._bankdb import customer_ids, on_bank_db, with_db
 from scrapeflow.cli._common import input_errors, out, settings
 
 __all__ = ["customers", "disable", "enable", "rename"]
@@ -37,7 +39,6 @@ def customers(
     """List the customers by id, a page at a time, with their outcome and last refresh."""
     from scrapeflow.banking import Outcome, customer_page
     from scrapeflow.cli._common import fail
-    from scrapeflow.cli.bank import _run, _with_db
 
     wanted = []
     for name in outcome or ():
@@ -45,9 +46,9 @@ def customers(
             fail(f"--outcome: {name!r} is not one of {', '.join(_OUTCOMES)}")
         wanted.append(None if name == "none" else Outcome(name))
     config = settings(ctx)
-    page = _run(
+    page = on_bank_db(
         config,
-        _with_db(
+        with_db(
             config,
             lambda sessions: customer_page(
                 sessions, limit=limit, after=after, search=search.strip(), outcomes=wanted
@@ -77,11 +78,10 @@ def rename(
 ) -> None:
     """Rename a customer (its id stays)."""
     from scrapeflow.banking import rename_customer
-    from scrapeflow.cli.bank import _customer_ids, _run, _with_db
 
     config = settings(ctx)
-    (customer,) = _customer_ids([customer])
-    _run(config, _with_db(config, lambda sessions: rename_customer(sessions, customer, name)))
+    (customer,) = customer_ids([customer])
+    on_bank_db(config, with_db(config, lambda sessions: rename_customer(sessions, customer, name)))
     out.print(f"customer {escape(customer)} is now named {escape(name)!r}", highlight=False)
 
 
@@ -105,14 +105,13 @@ def enable(
 
 def _enable(ctx: typer.Context, customer: str, access: int, *, enabled: bool) -> None:
     from scrapeflow.banking import enable_access
-    from scrapeflow.cli.bank import _customer_ids, _run, _with_db
 
     config = settings(ctx)
-    (customer,) = _customer_ids([customer])
+    (customer,) = customer_ids([customer])
     with input_errors():
-        _run(
+        on_bank_db(
             config,
-            _with_db(config, lambda sessions: enable_access(sessions, customer, access, enabled)),
+            with_db(config, lambda sessions: enable_access(sessions, customer, access, enabled)),
         )
     out.print(
         f"access {access} of {escape(customer)} is {'enabled' if enabled else 'disabled'}",

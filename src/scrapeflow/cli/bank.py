@@ -23,7 +23,6 @@ from __future__ import annotations
 import asyncio
 import enum
 import sys
-from collections.abc import Awaitable, Callable, Coroutine, Iterable
 from datetime import date
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any, TypeVar
@@ -33,6 +32,9 @@ from rich.markup import escape
 from rich.table import Table
 
 from scrapeflow.cli import _bankbook
+from scrapeflow.cli._bankdb import customer_ids as _customer_ids
+from scrapeflow.cli._bankdb import on_bank_db as _run
+from scrapeflow.cli._bankdb import with_db as _with_db
 from scrapeflow.cli._banktables import (
     print_accesses,
     print_accounts,
@@ -42,14 +44,12 @@ from scrapeflow.cli._banktables import (
 )
 from scrapeflow.cli._common import (
     EXIT_FAILED,
-    EXIT_INTERRUPTED,
     HELP_OPTION,
     err,
     fail,
     input_errors,
     out,
     remember_options,
-    run_async,
     settings,
 )
 
@@ -109,55 +109,6 @@ def _bank_options(
     remember_options(
         ctx, None, db_url=db, bank_urls=bank_url, sandbox_manifest=sandbox, log_dir=log_dir
     )
-
-
-async def _with_db(
-    config: Settings, work: Callable[[async_sessionmaker[AsyncSession]], Awaitable[T]]
-) -> T:
-    from scrapeflow.banking import migrate
-    from scrapeflow.db import create_engine, session_factory
-
-    await migrate(config.db_url)
-    engine = create_engine(config.db_url)
-    try:
-        return await work(session_factory(engine))
-    finally:
-        await engine.dispose()
-
-
-def _run(
-    config: Settings,
-    coro: Coroutine[Any, Any, T],
-    *,
-    interrupted: str = "interrupted: the watchdog frees what was in progress",
-    creates: bool = False,
-) -> T:
-    """Run ``coro`` on the bank database; unless the command ``creates`` it (``migrate``,
-    ``add-customer``), a SQLite file that does not exist is refused, not made: a typo in
-    ``--db`` must not start an empty database."""
-    from scrapeflow.db import database_errors, sqlite_file
-
-    target = sqlite_file(config.db_url)
-    if not creates and target is not None and not target.exists():
-        coro.close()
-        fail(
-            f"no database at {str(target)!r} (--db or SCRAPEFLOW_DB_URL): check the path, or "
-            "create it with `scrapeflow bank migrate` (adding a customer creates it too)"
-        )
-    try:
-        with input_errors(), database_errors(config.db_url):
-            return run_async(coro)
-    except KeyboardInterrupt:
-        err.print(interrupted)
-        raise typer.Exit(EXIT_INTERRUPTED) from None
-
-
-def _customer_ids(customers: Iterable[str]) -> list[str]:
-    """The customer ids given, checked before the database is opened."""
-    from scrapeflow.banking import validate_customer_id
-
-    with input_errors():
-        return [validate_customer_id(customer) for customer in customers]
 
 
 def _password_from_stdin() -> str:
