@@ -25,9 +25,10 @@ def test_the_http_modules_import_each_other_without_a_circle() -> None:
     graph = {
         path.stem: imports_of(path) for path in PACKAGE.glob("_*.py") if path.stem != "__init__"
     }
-    assert {"_client", "_session", "_proxypool"} <= set(graph)
+    assert {"_client", "_attempt", "_session", "_proxypool"} <= set(graph)
     try:
         order = list(TopologicalSorter(graph).static_order())
     except CycleError as cycle:
         raise AssertionError(f"an import circle: {' -> '.join(cycle.args[1])}") from None
     assert order.index("_proxypool") < order.index("_session") < order.index("_client")
+    assert order.index("_session") < order.index("_attempt") < order.index("_client")

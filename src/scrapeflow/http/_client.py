@@ -21,14 +21,15 @@ One attempt after another, ``request``:
 Requests that are not idempotent (POST, PATCH) are sent once unless marked ``safe=True`` — or
 unless nobody read the attempt (no connection; a pooled connection the other side had closed,
 see ``_stale``), which is sent again; through a proxy they go out on a new connection.
+
+Steps 1 to 3, one try, are :class:`~scrapeflow.http._attempt.Attempts`; this module holds the
+client's resources, its sessions and the retry loop around the tries.
 """
 
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import random
-import time
 from collections.abc import Callable
 from types import TracebackType
 from typing import Any
@@ -36,44 +37,25 @@ from typing import Any
 import aiohttp
 import yarl
 
-from scrapeflow._util.logs import get_logger
 from scrapeflow._util.redact import redact
-from scrapeflow.errors import (
-    EgressBlocked,
-    FetchError,
-    NoProxyAvailable,
-    RetryBudgetExhausted,
-)
+from scrapeflow.errors import FetchError, RetryBudgetExhausted
+from scrapeflow.http._attempt import Attempts
 from scrapeflow.http._config import IDEMPOTENT_METHODS, HttpConfig
-from scrapeflow.http._egress import EgressPolicy, egress_refusal, judge_target, redirect_judge
-from scrapeflow.http._exchange import exchange
-from scrapeflow.http._hosts import HostLimiter, HostSlot
-from scrapeflow.http._outcome import (
-    Outcome,
-    count_failure,
-    describe,
-    error_text,
-    final_error,
-    judge,
-    never_sent,
-)
-from scrapeflow.http._proxypool import ProxyPool, proxy_label
+from scrapeflow.http._egress import EgressPolicy, redirect_judge
+from scrapeflow.http._hosts import HostLimiter
+from scrapeflow.http._outcome import Outcome, final_error, never_sent
+from scrapeflow.http._proxypool import ProxyPool
 from scrapeflow.http._response import BanCheck, Response, Validator
 from scrapeflow.http._session import ScrapeSession
-from scrapeflow.http._stale import Sending, trace_reuse
-from scrapeflow.http._stale import stale as is_stale
+from scrapeflow.http._stale import trace_reuse
 from scrapeflow.http._stats import Stats
 from scrapeflow.proxies import ProxyProvider
 
 __all__ = ["HttpClient", "Response"]
 
-_log = get_logger(__name__)
-_PROXY_FAILURES = (aiohttp.ClientProxyConnectionError, aiohttp.ClientHttpProxyError)
 _STALE_RESENDS = 3
 """Requests sent again at once, per request, after a write to a pooled connection that its
 peer had closed: aiohttp may hand out several such connections in a row."""
-_NOT_THE_PROXYS = frozenset({"throttle", "captcha", "stale"})
-"""Failures a proxy relayed or had no part in, not held against it."""
 _POOL_SCAN = 16  # pooled sessions compared in full up to this many
 
 
@@ -96,7 +78,8 @@ class HttpClient:
         self.proxy_pool: ProxyPool | None = None
         self._connector: aiohttp.TCPConnector | None = None
         self._fresh: aiohttp.TCPConnector | None = None
-        self._global: asyncio.Semaphore | None = None
+        self._attempts: Attempts | None = None
+        """Each try of a request (set on entry, with the global cap and the proxies)."""
         self._sessions: set[ScrapeSession] = set()
         """Sessions open: closed ones leave (a client shared by a service's jobs for days makes
         thousands; each kept its identity, cookies and aiohttp session)."""
@@ -111,7 +94,7 @@ class HttpClient:
         :class:`Sending` records."""
 
     async def __aenter__(self) -> HttpClient:
-        self._global = asyncio.Semaphore(self.config.max_connections)
+        connections = asyncio.Semaphore(self.config.max_connections)
         if self.proxy_provider is not None:
             await self.proxy_provider.load()
             self.proxy_pool = ProxyPool(
@@ -125,12 +108,21 @@ class HttpClient:
         connect: Callable[..., aiohttp.TCPConnector] = aiohttp.TCPConnector
         if egress is not None:
             # The operator's proxies are reached whatever their address; the sites behind them
-            # are judged before each request (see _egress_check).
+            # are judged before each request (see _attempt).
             proxies = self.proxy_provider.all_proxies() if self.proxy_provider else []
             self._egress = egress.trusting(proxies)
             connect = self._egress.connector
         self._connector = connect(limit=0, limit_per_host=0, ttl_dns_cache=300)
         self._fresh = connect(limit=0, limit_per_host=0, ttl_dns_cache=300, force_close=True)
+        self._attempts = Attempts(
+            self.config,
+            connections=connections,
+            hosts=self.hosts,
+            stats=self.stats,
+            pool=self.proxy_pool,
+            egress=self._egress,
+            is_ban=self.is_ban,
+        )
         return self
 
     async def __aexit__(
@@ -295,10 +287,13 @@ class HttpClient:
         retryable_method = safe or method in IDEMPOTENT_METHODS
         target = yarl.URL(url)
         host = f"{target.host}:{target.port}"
+        attempts = self._attempts
+        if attempts is None:
+            raise RuntimeError("use the HttpClient inside 'async with'")
         attempt = bans = waited_out = resent = 0
         while True:
             attempt += 1
-            outcome = await self._attempt(
+            outcome = await attempts.try_once(
                 method,
                 target,
                 host,
@@ -353,193 +348,6 @@ class HttpClient:
             # Waits grow with the failed attempts; a throttle waited out adds only its wait.
             failed = max(1, attempt - waited_out - resent)
             await asyncio.sleep(policy.wait(failed, self.rng, outcome.retry_after))
-
-    async def _attempt(
-        self,
-        method: str,
-        url: yarl.URL,
-        host: str,
-        session: ScrapeSession,
-        slot_key: str | None,
-        validate: Validator | None,
-        retry_statuses: frozenset[int],
-        attempt: int,
-        kwargs: dict[str, Any],
-        *,
-        resend_stale: bool,
-        idempotent: bool,
-    ) -> Response | Outcome:
-        """One try: its response, or why it failed, charged to the proxy, session and host
-        slot it concerns. ``resend_stale``: a request nobody read (see ``_stale``; for an
-        ``idempotent`` one, more cases) is kind ``stale``, charged to nobody, its place on the
-        host's grid given back; else it is a connection failure like any other."""
-        if self._global is None:
-            raise RuntimeError("use the HttpClient inside 'async with'")
-        pool = self.proxy_pool
-        host_stats = self.stats.host(host)
-        proxy, generation, host_slot, place = await self._take_place(session, host, slot_key, url)
-        label = proxy_label(proxy)
-        proxy_stats = self.stats.proxy(label)
-        sent_at = asyncio.get_running_loop().time()
-        started = time.monotonic()
-        outcome: Response | Outcome
-        stale = False
-        sending = Sending()
-        try:
-            async with self._global, pool.slot(proxy) if pool else contextlib.nullcontext():
-                host_stats.requests += 1
-                if proxy_stats:
-                    proxy_stats.requests += 1
-                # Not idempotent, through a proxy: on a new connection (see _stale).
-                fresh = proxy is not None and not idempotent
-                response = await self._send(
-                    method, url, session, proxy, attempt, sending, kwargs, fresh=fresh
-                )
-        except _PROXY_FAILURES as exc:
-            outcome = Outcome("proxy", error=exc)
-        except TimeoutError as exc:
-            outcome = Outcome("timeout", error=exc)
-        except FetchError:
-            raise
-        except aiohttp.ClientError as exc:
-            refusal = egress_refusal(exc)
-            if refusal is not None:  # the policy refused the address: final, never retried
-                raise EgressBlocked(
-                    refusal.address_class, url=redact(str(url)), attempts=attempt
-                ) from None
-            unread = is_stale(exc, sending, idempotent=idempotent)
-            stale = unread and resend_stale
-            outcome = Outcome("stale" if stale else "connection", error=exc, unread=unread)
-        else:
-            outcome = judge(
-                response,
-                validate,
-                retry_statuses,
-                ban_statuses=self.config.ban_statuses,
-                is_ban=self.is_ban,
-            )
-        finally:
-            host_slot.release(unused=place if stale else None)
-        elapsed = time.monotonic() - started
-        if isinstance(outcome, Response):
-            host_slot.on_success()
-            session.failures = 0
-            if pool is not None:
-                pool.recovered(proxy)
-            host_stats.ok += 1
-            host_stats.timed(elapsed)
-            if proxy_stats:
-                proxy_stats.ok += 1
-                proxy_stats.timed(elapsed)
-            return outcome
-        outcome.proxy, outcome.generation = label, generation
-        count_failure(outcome, host_stats, proxy_stats)
-        session.last_failure = describe(outcome)
-        if outcome.kind == "throttle" or (outcome.kind == "ban" and proxy is None):
-            # Not a CAPTCHA: sites serve them at random, to a fingerprint, to a cookie; it
-            # burns the session (retired and retried), it does not say "slower". Cutting the
-            # rate on each would keep an IP at half speed on a site that shows them to 5%.
-            # Nor a ban through a proxy: the IP is set aside, and when it comes back its next
-            # request is its re-check; a slot slowed by each ban held the requests queued for
-            # that IP for minutes.
-            status = outcome.response.status if outcome.response else None
-            doubtful = status == 503 and outcome.retry_after is None
-            host_slot.on_throttle(outcome.retry_after, sent_at=sent_at, doubtful=doubtful)
-        if pool is not None and proxy is not None and outcome.kind not in _NOT_THE_PROXYS:
-            # A throttle is the site pacing this IP, a CAPTCHA the site judging the session
-            # (the session is retired): the proxy relayed both. At 5% CAPTCHAs, counting them
-            # set a working proxy aside for 30 s about once a run. A ban burns the IP. A
-            # stale connection is nobody's failure: counted, tinyproxy (closing after every
-            # answer) was set aside after three in a row, and a launch could lose every IP.
-            hard = outcome.kind in ("proxy", "ban")
-            seconds = pool.failed(proxy, hard=hard, sent_at=sent_at)
-            if seconds is not None:
-                _log.info("http.proxy_quarantined", proxy=label, seconds=round(seconds, 3))
-        if outcome.kind in ("proxy", "timeout", "connection", "status"):
-            session.failures += 1
-            still_there = session.proxy == proxy and session.generation == generation
-            if pool is not None and proxy is not None and still_there:
-                quarantined = pool.is_quarantined(proxy)
-                if quarantined or session.failures >= self.config.rotate_after:
-                    session.rotate_proxy()
-        _log.debug(
-            "http.attempt_failed",
-            host=host,
-            proxy=label,
-            attempt=attempt,
-            kind=outcome.kind,
-            status=outcome.response.status if outcome.response else None,
-            error=None if outcome.error is None else error_text(outcome.error),
-            seconds=round(elapsed, 3),
-        )
-        return outcome
-
-    async def _take_place(
-        self, session: ScrapeSession, host: str, slot_key: str | None, url: yarl.URL
-    ) -> tuple[str | None, int, HostSlot, float | None]:
-        """The session's proxy and generation, and a place taken in the slot of the host as
-        seen through that proxy (its exit IP is paced apart), with its start on the grid."""
-        pool = self.proxy_pool
-        while True:
-            if pool is not None and (session.proxy is None or pool.is_quarantined(session.proxy)):
-                # Its proxy was set aside (by this session's failures or another's), or none
-                # was left when it last chose: choose again; never send directly.
-                session.rotate_proxy()
-                if session.proxy is None:
-                    raise NoProxyAvailable(
-                        "no good proxy left: every proxy is quarantined or bad"
-                        + (
-                            f" (last failure: {session.last_failure})"
-                            if session.last_failure
-                            else ""
-                        ),
-                        url=redact(str(url)),
-                    )
-            proxy, generation = session.proxy, session.generation
-            label = proxy_label(proxy)
-            host_slot = self.hosts.slot(slot_key or (host if label is None else f"{host}@{label}"))
-            place = await host_slot.acquire()
-            if pool is None or proxy is None or not pool.is_quarantined(proxy):
-                return proxy, generation, host_slot, place
-            # Set aside while this request waited for its place (a ban seen by another one):
-            # go through another IP now rather than send to a known-bad one, and give the
-            # place back, since the site never sees it.
-            host_slot.release(unused=place)
-
-    async def _send(
-        self,
-        method: str,
-        url: yarl.URL,
-        session: ScrapeSession,
-        proxy: str | None,
-        attempt: int,
-        sending: Sending,
-        kwargs: dict[str, Any],
-        *,
-        fresh: bool,
-    ) -> Response:
-        started = time.monotonic()
-        if self._egress is not None:
-            proxy = proxy or self._egress.proxy_for(url)
-            if proxy is not None:
-                # A proxy dials, not us: the target is judged here first (a lookup of its
-                # own), and so is every redirect hop (see session_traces).
-                await judge_target(self._egress, url)
-        http = session.checkout(fresh=fresh)
-        try:
-            return await exchange(
-                http,
-                method,
-                url,
-                proxy,
-                attempt,
-                started,
-                sending,
-                kwargs,
-                max_body_bytes=self.config.max_body_bytes,
-            )
-        finally:
-            await session.checkin(http)
 
     def _give_up(self, outcome: Outcome, url: str, attempts: int) -> Response:
         if outcome.response is not None and outcome.kind in ("status", "throttle"):
