@@ -26,7 +26,7 @@ from scrapeflow.banking import (
     ScrapeState,
     migrate,
 )
-from scrapeflow.banking import _launcher as launcher_module
+from scrapeflow.banking import _launchclaims as launcher_module
 from scrapeflow.db import create_engine, session_factory
 from scrapeflow.sandbox import Sandbox
 

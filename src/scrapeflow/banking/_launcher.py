@@ -30,6 +30,10 @@ A stop (a cancelled job, Ctrl-C) leaves nothing claimed wherever it lands: each 
 scraper ran, or was stopped before it began, ends ``timeout`` ("the launch was stopped") and
 the customer is marked; a claim still being written when the stop lands is left to land and
 is then given back. What the scrapers had stored stays.
+
+This module holds the launches' course; what the launcher holds in the database (claims,
+heartbeats, give-backs) is :mod:`scrapeflow.banking._launchclaims`, and one access's scrape
+:mod:`scrapeflow.banking._launchaccess`.
 """
 
 from __future__ import annotations
@@ -39,73 +43,39 @@ import contextlib
 import inspect
 import secrets
 import time
-import traceback
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Mapping
 from datetime import UTC, date, datetime
-from functools import partial
 from pathlib import Path
 from types import TracebackType
-from typing import Any, TypeVar
 
 from sqlalchemy import ColumnElement, select
-from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine, AsyncSession, async_sessionmaker
+from sqlalchemy.ext.asyncio import AsyncEngine, AsyncSession, async_sessionmaker
 
 from scrapeflow._util.logs import get_logger
-from scrapeflow._util.redact import redact
 from scrapeflow.banking._directory import find_customer
 from scrapeflow.banking._events import EventKind, EventSink, LaunchEvent
+from scrapeflow.banking._launchaccess import AccessRunner
+from scrapeflow.banking._launchclaims import STOPPED, LaunchClaims
 from scrapeflow.banking._launches import Launch, SpreadLaunch
 from scrapeflow.banking._launchlog import LaunchLog, prepare_log_dir
 from scrapeflow.banking._models import Access, Customer
 from scrapeflow.banking._readiness import check_ready
-from scrapeflow.banking._registry import get_scraper
 from scrapeflow.banking._reports import AccessReport, LaunchLimits, LaunchReport
 from scrapeflow.banking._results import ResultCode
-from scrapeflow.banking._scraper import (
-    AccessSink,
-    BasicScraper,
-    Credential,
-    IncrementalPolicy,
-    ScrapeContext,
-    result_for,
-    write_failed,
-)
-from scrapeflow.banking._state import (
-    UNCHANGED,
-    AccessClaims,
-    ClaimedAccess,
-    claim_access,
-    claim_accesses,
-    claim_customer,
-    finish_access,
-    finish_customer,
-    holding_job,
-    read_session_state,
-    seal_session_state,
-    stamp_heartbeats,
-    take_over_customer,
-)
+from scrapeflow.banking._scraper import BasicScraper, IncrementalPolicy
+from scrapeflow.banking._state import ClaimedAccess, holding_job
 from scrapeflow.banking._vault import CredentialVault
-from scrapeflow.banking._writequeue import GroupedWrite, WriteQueue, writers_for
+from scrapeflow.banking._writequeue import WriteQueue, writers_for
 from scrapeflow.banking._writer import SqlWriter, Writer
 from scrapeflow.db import create_engine, session_factory
-from scrapeflow.errors import (
-    InputError,
-    RefreshInProgress,
-    ResultsNotStored,
-    UnknownScraper,
-    VaultError,
-)
+from scrapeflow.errors import InputError, RefreshInProgress, ResultsNotStored
 from scrapeflow.http import HttpClient, HttpConfig
 from scrapeflow.proxies import ProxyProvider
 
 __all__ = ["Launcher"]
 
 _log = get_logger(__name__)
-T = TypeVar("T")
 Today = Callable[[], date | Awaitable[date]]
-_STOPPED = "the launch was stopped"
-_TAKE_OVER_BEATS = 5  # a dead holder's heartbeat is stale after 3 (MISSED_BEATS)
 
 
 class Launcher:
@@ -149,12 +119,15 @@ class Launcher:
         self._engine: AsyncEngine | None = None
         self._sessions: async_sessionmaker[AsyncSession] | None = None
         self._queue: WriteQueue | None = None
-        self._overall = asyncio.Semaphore(self.limits.overall)
-        self._per_bank: dict[str, asyncio.Semaphore] = {}
-        self._held: set[int] = set()  # accesses this launcher holds, queued or running
-        self._held_customers: set[int] = set()  # customers it is refreshing
-        self._heartbeat: asyncio.Task[None] | None = None
-        self._giving_back: set[asyncio.Task[None]] = set()  # claims of stopped launches
+        self._claims = LaunchClaims(self.limits)
+        self._runner = AccessRunner(
+            vault=vault,
+            policy=self.policy,
+            limits=self.limits,
+            claims=self._claims,
+            base_url=self._base_url,
+            emit=self._emit,
+        )
 
     # -- lifecycle -------------------------------------------------------------------------
 
@@ -169,7 +142,8 @@ class Launcher:
             await self._http.__aenter__()
         self._queue = WriteQueue(writers=self._writers, engine=self._engine)
         await self._queue.__aenter__()
-        self._heartbeat = asyncio.create_task(self._beat(), name="launcher-heartbeat")
+        self._runner.open(writer=self._writer, queue=self._queue, http=self._http)
+        self._claims.open(self._queue)
         return self
 
     async def __aexit__(
@@ -178,12 +152,7 @@ class Launcher:
         exc: BaseException | None,
         tb: TracebackType | None,
     ) -> None:
-        if self._giving_back:  # they write through the queue: before it closes
-            await asyncio.gather(*self._giving_back, return_exceptions=True)
-        if self._heartbeat is not None:
-            self._heartbeat.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self._heartbeat
+        await self._claims.close()  # it writes through the queue: before it closes
         if self._queue is not None:
             await self._queue.close()
         if self._owns_http and self._http is not None:
@@ -196,34 +165,6 @@ class Launcher:
         if self._sessions is None:
             raise RuntimeError("use the launcher as 'async with Launcher(...)'")
         return self._sessions
-
-    async def _write(self, write: Callable[[AsyncSession], Awaitable[T]]) -> T:
-        """A state change of the launcher's own, through the write queue: in a transaction the
-        queue may share with other batches (group commit), all of it or nothing."""
-        assert self._queue is not None
-
-        async def run(connection: AsyncConnection) -> T:
-            # A session on the queue's connection joins its transaction; the queue commits.
-            session = AsyncSession(bind=connection, expire_on_commit=False)
-            try:
-                return await write(session)
-            finally:
-                await session.close()
-
-        return await self._queue.submit(GroupedWrite(run))
-
-    async def _beat(self) -> None:
-        while True:
-            await asyncio.sleep(self.limits.heartbeat)
-            held, customers = list(self._held), list(self._held_customers)
-            if not held and not customers:
-                continue
-            try:
-                await self._write(
-                    partial(stamp_heartbeats, access_ids=held, customer_ids=customers)
-                )
-            except Exception as exc:  # the next beat tries again; the watchdog allows several
-                _log.warning("heartbeat failed", error=repr(exc))
 
     # -- refreshing customers ----------------------------------------------------------------
 
@@ -284,16 +225,13 @@ class Launcher:
         )
         report = LaunchReport(launch.id, customer_id, external_id, log_file=launch.log.path)
         try:
-            claims = await self._claim_or_give_back(
-                partial(self._claim, customer_id, holding_job.get()),
-                partial(self._give_back, customer_id),
-            )
+            claims = await self._claims.claim_launch(customer_id, holding_job.get())
         except BaseException:
             launch.log.close()
             raise
-        self._held_customers.add(customer_id)
+        self._claims.customers.add(customer_id)
         jobs = list(claims.claimed)
-        self._held.update(job.access_id for job in jobs)
+        self._claims.accesses.update(job.access_id for job in jobs)
         try:
             for access_id in claims.busy:  # a one-time code is being tried on it right now
                 launch.log.write("access skipped: already being scraped", access_id=access_id)
@@ -305,10 +243,10 @@ class Launcher:
             )
             await self._emit(launch.log, launch.event(EventKind.LAUNCH_STARTED))
             report.accesses = list(
-                await asyncio.gather(*(self._run_access(job, launch) for job in jobs))
+                await asyncio.gather(*(self._runner.run(job, launch) for job in jobs))
             )
         finally:
-            self._held.difference_update(j.access_id for j in jobs)
+            self._claims.accesses.difference_update(j.access_id for j in jobs)
             stranded = [job for job in jobs if job.access_id not in launch.begun]
             try:
                 # Shielded: a stop (Ctrl-C, a cancelled job) still ends each access it stopped
@@ -316,7 +254,7 @@ class Launcher:
                 # write runs leaves it to the watchdog, but the log is closed anyway.
                 await asyncio.shield(self._finish_stopped(customer_id, stranded, launch))
             finally:
-                self._held_customers.discard(customer_id)
+                self._claims.customers.discard(customer_id)
                 report.seconds = time.monotonic() - started
                 launch.log.write(
                     "launch finished",
@@ -328,61 +266,6 @@ class Launcher:
         outcome = report.outcome
         await self._emit(None, launch.event(EventKind.LAUNCH_FINISHED, outcome=outcome))
         return report
-
-    async def _claim(
-        self, customer_id: int, holder: str | None, session: AsyncSession
-    ) -> AccessClaims:
-        """The customer and every access of it not already in progress, in one transaction: a
-        watchdog never sees the customer claimed and its accesses not yet. ``holder``: the job
-        whose run claims them (read in the caller's context, not the write queue's)."""
-        heartbeat = self.limits.heartbeat
-        await claim_customer(session, customer_id, heartbeat=heartbeat, holder=holder)
-        return await claim_accesses(session, customer_id, heartbeat=heartbeat, holder=holder)
-
-    async def _give_back(
-        self, customer_id: int, session: AsyncSession, claims: AccessClaims
-    ) -> None:
-        """Undo the claim of a launch stopped before it could use it."""
-        for job in claims.claimed:
-            await finish_access(session, job.access_id, ResultCode.TIMEOUT, detail=_STOPPED)
-        await finish_customer(session, customer_id)
-
-    async def _claim_or_give_back(
-        self,
-        claim: Callable[[AsyncSession], Awaitable[T]],
-        give_back: Callable[[AsyncSession, T], Awaitable[None]],
-    ) -> T:
-        """Write ``claim`` through the write queue; what it took, or its refusal.
-
-        A stop (a cancelled job) that lands while the claim is queued or being written does not
-        wait for it. The claim may still land — the writer may be committing it, and nothing
-        tells which — so it is left to run, and what it took is given back once it has: a
-        stopped launch leaves nothing claimed.
-        """
-        claiming = asyncio.ensure_future(self._write(claim))
-        try:
-            return await asyncio.shield(claiming)
-        except asyncio.CancelledError:
-            task = asyncio.create_task(
-                self._give_back_when_landed(claiming, give_back), name="launcher-give-back"
-            )
-            self._giving_back.add(task)
-            task.add_done_callback(self._giving_back.discard)
-            raise
-
-    async def _give_back_when_landed(
-        self,
-        claiming: asyncio.Future[T],
-        give_back: Callable[[AsyncSession, T], Awaitable[None]],
-    ) -> None:
-        try:
-            taken = await claiming
-        except Exception:  # refused or failed: it took nothing
-            return
-        try:
-            await self._write(lambda session: give_back(session, taken))
-        except Exception as exc:  # the watchdog will free it
-            _log.error("could not give back a stopped launch's claim", error=repr(exc))
 
     @contextlib.asynccontextmanager
     async def spread_launch(
@@ -411,50 +294,22 @@ class Launcher:
                 )
             )
         await self._ready(Access.customer_id == customer_id)
-        await self._hold_customer(customer_id, take_over=take_over)
+        await self._claims.hold_customer(customer_id, holding_job.get(), take_over=take_over)
         spread = SpreadLaunch(secrets.token_hex(4), customer_id, external_id, tuple(accesses))
-        self._held_customers.add(customer_id)
+        self._claims.customers.add(customer_id)
         try:
             await self._emit(None, spread.event(EventKind.LAUNCH_STARTED))
             yield spread
         finally:
             try:
-                failed = await asyncio.shield(self._finish_customer(customer_id))
+                failed = await asyncio.shield(self._claims.finish_customer(customer_id))
             finally:
-                self._held_customers.discard(customer_id)
+                self._claims.customers.discard(customer_id)
         if failed is not None:
             raise ResultsNotStored(
                 f"the refresh of {external_id} could not mark it all updated: run it again"
             ) from failed
         await self._emit(None, spread.event(EventKind.LAUNCH_FINISHED, outcome=spread.outcome))
-
-    async def _hold_customer(self, customer_id: int, *, take_over: bool) -> None:
-        heartbeat, holder = self.limits.heartbeat, holding_job.get()
-        for beat in range(_TAKE_OVER_BEATS if take_over else 1):
-            try:
-                await self._claim_or_give_back(
-                    lambda session: claim_customer(
-                        session, customer_id, heartbeat=heartbeat, holder=holder
-                    ),
-                    lambda session, _: finish_customer(session, customer_id),
-                )
-                return
-            except RefreshInProgress:
-                if not take_over:
-                    raise
-                taken = await self._write(
-                    partial(
-                        take_over_customer,
-                        customer_id=customer_id,
-                        heartbeat=heartbeat,
-                        holder=holder,
-                    )
-                )
-                if taken:
-                    return
-                if beat == _TAKE_OVER_BEATS - 1:
-                    raise
-                await asyncio.sleep(heartbeat)
 
     async def scrape_access(
         self, access_id: int, *, otp: str | None = None, launch_id: str | None = None
@@ -489,26 +344,15 @@ class Launcher:
             otp=otps,
             launch_id=launch_id,
         )
-        heartbeat, holder = self.limits.heartbeat, holding_job.get()
-
-        async def give_back(session: AsyncSession, taken: ClaimedAccess | None) -> None:
-            if taken is not None:
-                await finish_access(session, access_id, ResultCode.TIMEOUT, detail=_STOPPED)
-
         try:
-            job = await self._claim_or_give_back(
-                lambda session: claim_access(
-                    session, access_id, heartbeat=heartbeat, holder=holder
-                ),
-                give_back,
-            )
+            job = await self._claims.claim_one(access_id, holding_job.get())
             if job is None:
                 raise RefreshInProgress(f"access {access_id} is already being scraped")
-            self._held.add(access_id)
+            self._claims.accesses.add(access_id)
             try:
-                report = await self._run_access(job, launch)
+                report = await self._runner.run(job, launch)
             finally:
-                self._held.discard(access_id)
+                self._claims.accesses.discard(access_id)
         finally:
             launch.log.close()
         launch.check_stored(f"the scrape of access {access_id}")
@@ -527,90 +371,6 @@ class Launcher:
     def _base_url(self, bank: str, scraper_cls: type[BasicScraper]) -> str | None:
         return self.bank_urls.get(bank) or scraper_cls.default_url
 
-    async def _run_access(self, job: ClaimedAccess, launch: Launch) -> AccessReport:
-        """Scrape one claimed access and store how it ended. Never raises but to cancel."""
-        report = AccessReport(job.access_id, job.bank, ResultCode.UNKNOWN)
-        started = time.monotonic()
-        kept = read_session_state(self.vault, job)  # None: unreadable, so never overwritten
-        state = {} if kept is None else kept
-        assert self._writer is not None and self._queue is not None
-        sink = AccessSink(
-            self._writer,
-            self._queue,
-            job.access_id,
-            lambda kind, ref, count: self._emit(
-                launch.log, launch.event(kind, job, account_ref=ref, count=count)
-            ),
-        )
-        sink.started = launch.started
-        launch.begun.add(job.access_id)  # from here its end is stored below, whatever happens
-        try:
-            # The bank's slot first: waiting for a busy bank must not hold an overall slot.
-            async with self._bank_slot(job.bank), self._overall:
-                started = time.monotonic()
-                launch.log.write("access started", access_id=job.access_id, bank=job.bank)
-                scraper = self._scraper(job, sink, state, launch)
-                async with asyncio.timeout(self.limits.access_timeout):
-                    await scraper.main()
-            report.code = ResultCode.SUCCESS
-        except asyncio.CancelledError:
-            report.code, report.detail = ResultCode.TIMEOUT, _STOPPED
-            raise
-        except Exception as exc:
-            report.code, report.detail = result_for(exc)
-            if write_failed(exc):  # the database, not the bank: what was read is not stored
-                launch.lost.append(exc)
-            if isinstance(exc, UnknownScraper | VaultError):
-                report.detail = str(exc)
-            if report.code is ResultCode.UNKNOWN:
-                launch.log.write(
-                    "access error",
-                    access_id=job.access_id,
-                    traceback="".join(traceback.format_exception(exc))[-2000:],
-                )
-        finally:
-            report.seconds = time.monotonic() - started
-            report.accounts, report.movements = sink.accounts, sink.movements
-            report.balances_seconds = sink.balances_at
-            # Shielded: a stopped launch still stores how each of its accesses ended.
-            await asyncio.shield(
-                self._finish_access(job, report, None if kept is None else state, launch)
-            )
-        finished = launch.event(
-            EventKind.ACCESS_FINISHED, job, count=report.movements, result_code=report.code.value
-        )
-        await self._emit(None, finished)
-        return report
-
-    def _scraper(
-        self, job: ClaimedAccess, sink: AccessSink, state: dict[str, Any], launch: Launch
-    ) -> BasicScraper:
-        # Checked before the claim (_ready); an access added since still ends with a code.
-        scraper_cls = get_scraper(job.bank)
-        base_url = self._base_url(job.bank, scraper_cls)
-        if not base_url:
-            raise UnknownScraper(f"no URL configured for bank {job.bank!r}")
-        assert self._http is not None
-        context = ScrapeContext(
-            access_id=job.access_id,
-            login=job.login,
-            credential=Credential(self.vault, job.secret),
-            base_url=base_url,
-            http=self._http,
-            sink=sink,
-            today=launch.today,
-            policy=self.policy,
-            state=state,
-            otp=launch.otp.get(job.access_id),
-        )
-        return scraper_cls(context)
-
-    def _bank_slot(self, bank: str) -> asyncio.Semaphore:
-        slot = self._per_bank.get(bank)
-        if slot is None:
-            slot = self._per_bank[bank] = asyncio.Semaphore(self.limits.per_bank)
-        return slot
-
     async def _today(self) -> date:
         value = self.today()
         if inspect.isawaitable(value):
@@ -618,67 +378,17 @@ class Launcher:
         assert isinstance(value, date)
         return value
 
-    async def _finish_access(
-        self,
-        job: ClaimedAccess,
-        report: AccessReport,
-        state: dict[str, Any] | None,
-        launch: Launch,
-    ) -> None:
-        detail = redact(report.detail)[:500] or None  # scrubbed before it is cut
-        token = UNCHANGED if state is None else seal_session_state(self.vault, state)
-        try:
-            await self._write(
-                lambda session: finish_access(
-                    session,
-                    job.access_id,
-                    report.code,
-                    detail=detail,
-                    accounts=report.accounts,
-                    movements=report.movements,
-                    session_state=token,
-                )
-            )
-        except Exception as exc:  # the launch runs again (or the watchdog frees it)
-            launch.lost.append(exc)
-            _log.error(
-                "could not store an access's result", access_id=job.access_id, error=repr(exc)
-            )
-        launch.log.write(
-            "access finished",
-            access_id=job.access_id,
-            bank=job.bank,
-            launch_id=launch.id,
-            result=report.code.value,
-            detail=detail,
-            accounts=report.accounts,
-            movements=report.movements,
-            seconds=round(report.seconds, 3),
-            balances_seconds=report.balances_seconds,
-        )
-
     async def _finish_stopped(
         self, customer_id: int, stranded: list[ClaimedAccess], launch: Launch
     ) -> None:
         """End a launch: each access in ``stranded`` (claimed, but stopped before its scraper
         began) as stopped, then the customer."""
         for job in stranded:
-            stopped = AccessReport(job.access_id, job.bank, ResultCode.TIMEOUT, _STOPPED)
-            await self._finish_access(job, stopped, None, launch)
-        failed = await self._finish_customer(customer_id)
+            stopped = AccessReport(job.access_id, job.bank, ResultCode.TIMEOUT, STOPPED)
+            await self._runner.finish(job, stopped, None, launch)
+        failed = await self._claims.finish_customer(customer_id)
         if failed is not None:
             launch.lost.append(failed)
-
-    async def _finish_customer(self, customer_id: int) -> BaseException | None:
-        """Mark the customer all updated; the error when that could not be stored."""
-        try:
-            await self._write(lambda session: finish_customer(session, customer_id))
-            return None
-        except Exception as exc:  # the launch runs again (or the watchdog frees it)
-            _log.error(
-                "could not mark a customer updated", customer_id=customer_id, error=repr(exc)
-            )
-            return exc
 
     async def _emit(self, log: LaunchLog | None, event: LaunchEvent) -> None:
         if log is not None:
