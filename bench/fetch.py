@@ -1,20 +1,27 @@
-"""``scrapeflow fetch`` against a bare aiohttp loop and Scrapy, with and without server latency.
+"""``scrapeflow fetch`` against plain aiohttp loops and Scrapy, with and without server latency.
 
-One URL list of ``--urls`` distinct pages (20,000) of the sandbox PlainSite, served by a
-process of its own on loopback with every page rendered ahead (``bench/_loopback.py``), is
-fetched by four contenders, each in a fresh process writing into a fresh directory:
+One URL list of ``--urls`` distinct pages (20,000) — of the Python docs served by nginx where
+no latency is added (``--site``), else of the sandbox PlainSite served by a process of its own
+on loopback with every page rendered ahead (``bench/_loopback.py``) — is fetched by five
+contenders, each in a fresh process writing into a fresh directory:
 
 1. ``scrapeflow fetch`` with one process (``MAX_CPUS=1``), called as the CLI with gofetch's
    variables, storing on local disk: content under its SHA-384, the two default indexes
    (``sha384_checksum``, ``url_sha384``) and the run's fetch log;
 2. the same with all CPUs (``MAX_CPUS`` = the machine's cores);
-3. a bare aiohttp loop: one session and a worker pool; GET, SHA-384 of the body, the body
+3. the **gofetch-layout loop**: a plain aiohttp loop (one session, a worker pool) that keeps
+   gofetch's own layout — each body once at ``sha384_content/<sha384>``, a line appended to
+   the checksum's index file ``index/sha384_checksum/<sha384>``, a JSON line per URL in the
+   run's log — and nothing more (no by-URL index, no journal, nothing atomic). The goal of
+   issue 24: ``scrapeflow fetch`` on one CPU at >= 0.85x its pages/s for <= 1.3x its CPU, on
+   ext4, each store removed after its run;
+4. a bare aiohttp loop: one session and a worker pool; GET, SHA-384 of the body, the body
    written to ``<dir>/<sha384>`` unless that file exists; no index, no log, no atomic write;
-4. Scrapy 2.x (``bench/_scrapy_fetch.py``, in the bench's own ``bench/.venv-scrapy``, made
+5. Scrapy 2.x (``bench/_scrapy_fetch.py``, in the bench's own ``bench/.venv-scrapy``, made
    here if missing): a spider reading the list, an item pipeline writing each body to
    ``<dir>/<sha384>``; robots.txt, cookies, retries and the telnet console off, asyncio reactor.
 
-All four have the same number of requests in flight: ``--concurrency`` (50) without added
+All have the same number of requests in flight: ``--concurrency`` (50) without added
 latency and ``--latency-concurrency`` (100) with ``--latency-ms`` (100 ms) per response, added
 by the server; scrapeflow's is ``CONCURRENT_FETCHES`` per CPU times the CPUs. At 100 ms a
 client can do at most concurrency / 0.1 s pages per second (500/s at 50): the latency part
@@ -28,8 +35,9 @@ fetch windows) are kept as "in-run" figures. Peak RSS is the sum over a contende
 of each one's high-water mark (``VmHWM``), read from ``/proc`` every 50 ms. CPU is the user and
 system time of all the contender's processes; the server's is shown as a share of the wall time
 (100% = a core). Every run must store every page (counted, and a sample re-hashed) or the
-bench stops. Stores stay until the end of their part: on this VM's ext4, files created just
-after a large delete cost more (see ``bench/engine.py``).
+bench stops. Each run's directory is removed when the run ends, as a user re-running into a
+fresh directory would: on this VM's ext4, files created just after a large delete cost more
+(see ``bench/engine.py``), which is what a store creating a file per URL paid.
 
 Repeats: ``--repeat`` (3) without latency, ``--latency-repeat`` (2) with it, the order
 rotating; Scrapy runs ``--scrapy-repeat`` (1) times per part, its rate being CPU-bound and
@@ -38,8 +46,10 @@ stores go to ``--scratch`` (the system's temp directory, a disk); ext4's file cr
 this VM varies from run to run, so the no-latency part is run again on tmpfs (``/dev/shm``,
 ``--no-tmpfs`` to skip) without Scrapy, where the figures are the clients' own.
 
-    .venv/bin/python bench/fetch.py                      # the README's figures (~7 minutes)
+    .venv/bin/python bench/fetch.py                      # the README's figures (~8 minutes)
     .venv/bin/python bench/fetch.py --urls 2000          # a quick look
+    .venv/bin/python bench/fetch.py --no-latency-only --only scrapeflow-1cpu,gofetch
+                                                         # issue 24's goal alone (~3 minutes)
 
 Results go to ``bench/results/fetch.json``.
 """
@@ -93,10 +103,15 @@ SCALE_GOAL = 1.6  # scrapeflow on 2 CPUs / on 1
 SCRAPY_GOAL = 5.0  # scrapeflow / Scrapy
 MINUTE_URLS = 22_000  # gofetch's "nearly 22,000 sources", under a minute at 100 ms
 CPUS = os.cpu_count() or 1
-CONTENDERS = ("scrapeflow-1cpu", f"scrapeflow-{CPUS}cpu", "bare", "scrapy")
+GOFETCH_GOAL = 0.85  # scrapeflow (1 CPU) pages/s / the gofetch-layout loop's, on ext4
+GOFETCH_CPU_GOAL = 1.3  # scrapeflow (1 CPU) CPU / the gofetch-layout loop's, on ext4
+CONTENDERS = tuple(
+    dict.fromkeys(("scrapeflow-1cpu", f"scrapeflow-{CPUS}cpu", "gofetch", "bare", "scrapy"))
+)
 LABELS = {
     "scrapeflow-1cpu": "scrapeflow fetch, 1 CPU",
     f"scrapeflow-{CPUS}cpu": f"scrapeflow fetch, {CPUS} CPUs",
+    "gofetch": "gofetch-layout loop",
     "bare": "bare aiohttp loop",
     "scrapy": "Scrapy",
 }
@@ -150,13 +165,85 @@ async def bare_store_all(urls: Iterator[str], directory: str, concurrency: int) 
     return failed
 
 
+async def gofetch_store_all(urls: Iterator[str], directory: str, concurrency: int) -> int:
+    """The bare loop plus gofetch's own layout, as a plain program would write it: each 2xx
+    body once at ``sha384_content/<sha384>`` (unless that file exists), a line appended to the
+    checksum's index file ``index/sha384_checksum/<sha384>`` (open, one write, close) and a
+    JSON line per URL to the run's log (one file, one ``os.write`` per line). Nothing
+    atomic, no by-URL index. Returns the failures."""
+    failed = 0
+    content = os.path.join(directory, "gofetch", "sha384_content")
+    index = os.path.join(directory, "gofetch", "index", "sha384_checksum")
+    logs = os.path.join(directory, "gofetch", "logs")
+    for path in (content, index, logs):
+        os.makedirs(path, exist_ok=True)
+    started = time.strftime("%Y-%m-%d", time.gmtime())
+    log = os.open(
+        os.path.join(logs, f"{started}_bench_0_0"), os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600
+    )
+    append = os.O_WRONLY | os.O_CREAT | os.O_APPEND
+    connector = aiohttp.TCPConnector(limit=concurrency, limit_per_host=0)
+    timeout = aiohttp.ClientTimeout(total=30)
+    try:
+        async with aiohttp.ClientSession(connector=connector, timeout=timeout) as session:
+
+            async def worker() -> None:
+                nonlocal failed
+                for url in urls:
+                    begun = time.time()
+                    clock = time.perf_counter_ns()
+                    try:
+                        async with session.get(url) as response:
+                            body = await response.read()
+                            status, final = response.status, str(response.url)
+                    except (aiohttp.ClientError, TimeoutError) as exc:
+                        status, final, body = 0, url, b""
+                        error: str | None = type(exc).__name__
+                    else:
+                        error = None if 200 <= status < 300 else f"HTTP {status}"
+                    duration = time.perf_counter_ns() - clock
+                    when = time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(begun))
+                    checksum = location = None
+                    if error is None:
+                        checksum = hashlib.sha384(body).hexdigest()
+                        location = os.path.join(content, checksum)
+                        if not os.path.exists(location):
+                            with open(location, "wb") as f:
+                                f.write(body)
+                        line = f"{location}\t{url}\t{final}\t{when}Z\t{duration}\tHTML\n"
+                        fd = os.open(os.path.join(index, checksum), append, 0o600)
+                        try:
+                            os.write(fd, line.encode())
+                        finally:
+                            os.close(fd)
+                    else:
+                        failed += 1
+                    record = {
+                        "requested_url": url,
+                        "final_url": final,
+                        "status": status,
+                        "checksum": checksum,
+                        "location": location,
+                        "error": error,
+                        "started": f"{when}Z",
+                        "duration_ns": duration,
+                    }
+                    os.write(log, (json.dumps(record) + "\n").encode())
+
+            await asyncio.gather(*(worker() for _ in range(concurrency)))
+    finally:
+        os.close(log)
+    return failed
+
+
 def _bare_main(args: argparse.Namespace) -> None:
     with open(args.urls_file, encoding="utf-8") as f:
         urls = [line.strip() for line in f if line.strip()]
     started = time.perf_counter()
-    failed = asyncio.run(bare_store_all(iter(urls), args.dir, args.concurrency))
+    loop = gofetch_store_all if args.client == "gofetch" else bare_store_all
+    failed = asyncio.run(loop(iter(urls), args.dir, args.concurrency))
     client_report(
-        contender="bare",
+        contender=args.client,
         urls=len(urls),
         failed=failed,
         seconds=round(time.perf_counter() - started, 4),
@@ -312,16 +399,16 @@ def run_one(
         command = scrapeflow_command(urls_file, store)
         env = scrapeflow_env(cpus, concurrency)
         content = store / "gofetch" / "sha384_content"
-    elif contender == "bare":
+    elif contender in {"bare", "gofetch"}:
         command = [
             sys.executable,
             str(Path(__file__).resolve()),
-            "--client=bare",
+            f"--client={contender}",
             f"--urls-file={urls_file}",
             f"--dir={store}",
             f"--concurrency={concurrency}",
         ]
-        content = store
+        content = store / "gofetch" / "sha384_content" if contender == "gofetch" else store
     else:
         command = [
             str(SCRAPY_VENV / "bin" / "python"),
@@ -331,8 +418,13 @@ def run_one(
             f"--concurrency={concurrency}",
         ]
         content = store
-    run = run_contender(command, env=env, cwd=work, server_pid=server.pid)
-    stored_bytes = check_store(content, distinct, contender)
+    try:
+        run = run_contender(command, env=env, cwd=work, server_pid=server.pid)
+        stored_bytes = check_store(content, distinct, contender)
+    finally:
+        # As a user re-running into a fresh directory: the next run's files are created just
+        # after this run's were deleted (which this VM's ext4 makes dearer, see the docstring).
+        shutil.rmtree(work, ignore_errors=True)
     seconds = run["seconds"]
     row: dict[str, Any] = {
         "contender": contender,
@@ -494,25 +586,31 @@ def _title(latency_ms: float) -> str:
 
 
 def ratios(summary: dict[str, dict[str, float]]) -> dict[str, float]:
+    """scrapeflow's figures over the other contenders' (those of them that ran)."""
     result = {}
+    mine = [f"scrapeflow-{cpus}cpu" for cpus in dict.fromkeys((1, CPUS))]
     for prefix, key in (("", "pages_per_second"), ("in_run_", "in_run_pages_per_second")):
-        for other in ("bare", "scrapy"):
-            if other not in summary:
-                continue
-            for cpus in (1, CPUS):
-                mine = summary[f"scrapeflow-{cpus}cpu"][key]
-                result[f"{prefix}scrapeflow_{cpus}cpu_over_{other}"] = round(
-                    mine / summary[other][key], 3
+        for other in ("gofetch", "bare", "scrapy"):
+            for contender in mine:
+                if other in summary and contender in summary:
+                    name = contender.replace("-", "_")
+                    result[f"{prefix}{name}_over_{other}"] = round(
+                        summary[contender][key] / summary[other][key], 3
+                    )
+    if "scrapeflow-1cpu" in summary:
+        for other in ("gofetch", "bare"):
+            if other in summary:
+                result[f"cpu_per_page_1cpu_over_{other}"] = round(
+                    summary["scrapeflow-1cpu"]["cpu_ms_per_page"]
+                    / summary[other]["cpu_ms_per_page"],
+                    3,
                 )
-    if "bare" in summary:
-        result["cpu_per_page_1cpu_over_bare"] = round(
-            summary["scrapeflow-1cpu"]["cpu_ms_per_page"] / summary["bare"]["cpu_ms_per_page"], 3
+    if CPUS > 1 and {"scrapeflow-1cpu", f"scrapeflow-{CPUS}cpu"} <= set(summary):
+        result[f"scrapeflow_{CPUS}cpu_over_1cpu"] = round(
+            summary[f"scrapeflow-{CPUS}cpu"]["pages_per_second"]
+            / summary["scrapeflow-1cpu"]["pages_per_second"],
+            3,
         )
-    result[f"scrapeflow_{CPUS}cpu_over_1cpu"] = round(
-        summary[f"scrapeflow-{CPUS}cpu"]["pages_per_second"]
-        / summary["scrapeflow-1cpu"]["pages_per_second"],
-        3,
-    )
     return result
 
 
@@ -536,8 +634,18 @@ def print_part(part: dict[str, Any]) -> None:
         )
     r = part["ratios"]
     verdict = {True: "MET", False: "NOT MET"}
-    for cpus in (1, CPUS):
+    if "scrapeflow_1cpu_over_gofetch" in r:
+        wall, cpu = r["scrapeflow_1cpu_over_gofetch"], r["cpu_per_page_1cpu_over_gofetch"]
+        print(
+            f"  scrapeflow (1 CPU) / gofetch-layout loop: pages/s {wall:.2f} (goal >= "
+            f"{GOFETCH_GOAL}: {verdict[wall >= GOFETCH_GOAL]}; in-run "
+            f"{r['in_run_scrapeflow_1cpu_over_gofetch']:.2f}), CPU {cpu:.2f}x (goal <= "
+            f"{GOFETCH_CPU_GOAL}: {verdict[cpu <= GOFETCH_CPU_GOAL]})"
+        )
+    for cpus in dict.fromkeys((1, CPUS)):
         key = f"scrapeflow_{cpus}cpu_over_bare"
+        if key not in r:
+            continue
         goal = f"goal >= {BARE_GOAL}: {verdict[r[key] >= BARE_GOAL]}; " if cpus == 1 else ""
         print(
             f"  scrapeflow ({_cpus(cpus)}) / bare aiohttp: {r[key]:.2f} "
@@ -549,15 +657,18 @@ def print_part(part: dict[str, Any]) -> None:
             f"  CPU per page, scrapeflow (1 CPU) / bare aiohttp: {cpu:.2f} "
             f"(goal <= {CPU_GOAL}: {verdict[cpu <= CPU_GOAL]})"
         )
-    scale = r[f"scrapeflow_{CPUS}cpu_over_1cpu"]
-    print(
-        f"  scrapeflow {_cpus(CPUS)} / 1 CPU: {scale:.2f}x "
-        f"(goal >= {SCALE_GOAL}: {verdict[scale >= SCALE_GOAL]})"
-    )
+    if f"scrapeflow_{CPUS}cpu_over_1cpu" in r:
+        scale = r[f"scrapeflow_{CPUS}cpu_over_1cpu"]
+        print(
+            f"  scrapeflow {_cpus(CPUS)} / 1 CPU: {scale:.2f}x "
+            f"(goal >= {SCALE_GOAL}: {verdict[scale >= SCALE_GOAL]})"
+        )
     if "scrapy" not in part["median"]:
         return
-    for cpus in (1, CPUS):
+    for cpus in dict.fromkeys((1, CPUS)):
         key = f"scrapeflow_{cpus}cpu_over_scrapy"
+        if key not in r:
+            continue
         print(
             f"  scrapeflow ({_cpus(cpus)}) / Scrapy: {r[key]:.2f}x "
             f"(goal >= {SCRAPY_GOAL:g}x: {verdict[r[key] >= SCRAPY_GOAL]}; "
@@ -649,15 +760,24 @@ def _parse(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument(
         "--no-scrapy", action="store_true", help="leave Scrapy out (it is the slowest by far)"
     )
+    parser.add_argument(
+        "--only",
+        type=lambda text: [name.strip() for name in text.split(",") if name.strip()],
+        default=list(CONTENDERS),
+        help=f"the contenders to run, comma-separated (of {','.join(CONTENDERS)})",
+    )
     parser.add_argument("--output", type=Path, default=RESULTS, help="results JSON")
     # A bare-loop client process:
-    parser.add_argument("--client", choices=["bare"], help=argparse.SUPPRESS)
+    parser.add_argument("--client", choices=["bare", "gofetch"], help=argparse.SUPPRESS)
     parser.add_argument("--urls-file", help=argparse.SUPPRESS)
     parser.add_argument("--dir", help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     for name in ("concurrency", "latency_concurrency"):
         if getattr(args, name) % CPUS:
             parser.error(f"--{name.replace('_', '-')} must be a multiple of the {CPUS} CPUs")
+    unknown = sorted(set(args.only) - set(CONTENDERS))
+    if unknown or not args.only:
+        parser.error(f"--only: unknown contenders {unknown}; known: {', '.join(CONTENDERS)}")
     if min(args.repeat, args.latency_repeat, args.scrapy_repeat) < 1:
         parser.error("repeats must be at least 1")
     return args
@@ -677,7 +797,7 @@ def main(argv: list[str] | None = None) -> None:
         flush=True,
     )
     scrapy = {"scrapy": "not run", "venv_made": False, "setup_seconds": 0.0}
-    if not args.no_scrapy:
+    if not args.no_scrapy and "scrapy" in args.only:
         scrapy = ensure_scrapy_venv()
     scratch = args.scratch.resolve()
     print(
@@ -715,7 +835,9 @@ def main(argv: list[str] | None = None) -> None:
         "MAX_CPUS, CONCURRENT_FETCHES = concurrency / MAX_CPUS, the other settings default "
         "(CONCURRENT_S3WRITERS 4, indexes sha384_checksum + url_sha384, fetch log, no WARC)",
     }
-    contenders = CONTENDERS[:3] if args.no_scrapy else CONTENDERS
+    contenders = tuple(
+        c for c in CONTENDERS if c in args.only and not (args.no_scrapy and c == "scrapy")
+    )
     parts = [
         run_part(
             "no-latency",
@@ -750,7 +872,7 @@ def main(argv: list[str] | None = None) -> None:
                 "no-latency-tmpfs",
                 latency_ms=0.0,
                 concurrency=args.concurrency,
-                contenders=CONTENDERS[:3],
+                contenders=tuple(c for c in contenders if c != "scrapy"),
                 repeat=args.repeat,
                 args=args,
                 scratch_parent=TMPFS,

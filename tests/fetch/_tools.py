@@ -76,8 +76,8 @@ def store_lines(store: Path, program: str = "gofetch") -> dict[str, list[tuple[s
                 fields = line.split("\t")
                 if path.parent.name == "sha384_checksum":  # location, requested, final, parser
                     rows.append((fields[0], fields[1], fields[2], fields[5]))
-                else:  # url_sha384: checksum, location, final, parser
-                    rows.append((fields[1], fields[2], fields[3], fields[4]))
+                else:  # url_sha384's shard file, key first: key, checksum, location, final, parser
+                    rows.append((fields[0], fields[2], fields[3], fields[4], fields[5]))
             found[path.relative_to(store).as_posix()] = sorted(rows)
     records = []
     for log in (store / program / "logs").glob("2*"):

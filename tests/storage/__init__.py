@@ -84,3 +84,34 @@ def write_log_then_die(
             await log.close()
 
     asyncio.run(run())
+
+
+def urls_in_shard(shard: str, writer: str, count: int) -> list[str]:
+    """``count`` URLs of ``writer`` whose by-URL keys all begin with ``shard`` (two hex digits):
+    their lines share one shard file on local disk."""
+    import hashlib
+
+    found: list[str] = []
+    n = 0
+    while len(found) < count:
+        url = f"http://127.0.0.1/{writer}/{n}"
+        if hashlib.sha384(url.encode()).hexdigest().startswith(shard):
+            found.append(url)
+        n += 1
+    return found
+
+
+def add_url_lines(url: str, writer: str, urls: list[str]) -> None:
+    """A fetcher process: a by-URL line for each of ``urls``."""
+    import dataclasses
+
+    async def run() -> None:
+        from scrapeflow.storage import BlobStore, UrlIndex
+
+        async with BlobStore(url, "gofetch") as store:
+            index = UrlIndex(store)
+            for n, requested in enumerate(urls):
+                fetched = entry(n, writer=writer, fetch_id=writer)
+                await index.add(dataclasses.replace(fetched, requested_link=requested))
+
+    asyncio.run(run())

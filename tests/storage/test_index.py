@@ -87,9 +87,15 @@ async def test_url_index_line_format_and_key(target: Target, store: BlobStore) -
         f"s3://bucket/crawls/gofetch/sha384_content/{CHECKSUM}\t"
         "http://127.0.0.1:8080/feed/7.xml\tPubmed_XML"
     ]
-    # A key per URL: under a subdirectory named by the key's first two characters.
-    assert index_keys(target, "url_sha384", f"{key[:2]}/{key}")
-    assert not index_keys(target, "url_sha384", key)
+    line = (await index.lines(key))[0]
+    if target.kind == "local":  # one append-only file per shard, a record per line
+        shard = f"{PROGRAM}/index/url_sha384/{key[:2]}.tsv"
+        assert index_keys(target, "url_sha384", "") == [shard]
+        assert target.read(shard) == f"{key}\t{line}\n".encode()
+        assert index.location(key) == f"{store.root}/{shard}"
+    else:  # S3: a key per URL, under a prefix named by the key's first two characters
+        assert index_keys(target, "url_sha384", f"{key[:2]}/{key}.d/48213-")
+        assert not index_keys(target, "url_sha384", key)
 
 
 async def test_url_index_reads_lines_a_store_wrote_before_its_fan_out(
@@ -105,8 +111,12 @@ async def test_url_index_reads_lines_a_store_wrote_before_its_fan_out(
 
     lines = await index.lines(key)
     assert lines[0] == old and len(lines) == 2
-    await index.compact(key)
+    # Local disk: the old file folded into the shard file and gone; S3: both line objects
+    # folded into their base objects.
+    assert await index.compact(key) == (1 if target.kind == "local" else 2)
     assert await index.lines(key) == lines
+    if target.kind == "local":
+        assert not index_keys(target, "url_sha384", key)
 
 
 async def test_an_unknown_key_has_no_lines(store: BlobStore) -> None:

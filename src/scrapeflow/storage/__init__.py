@@ -4,7 +4,9 @@ Under ``{root}/{program}/``::
 
     sha384_content/{checksum}                    bodies, unchanged, stored once
     index/sha384_checksum/{checksum}             the canonical index: a line per fetch
-    index/url_sha384/{key[:2]}/{key}             the by-URL index (key: SHA-384 of the URL)
+    index/url_sha384/{key[:2]}.tsv               local disk: the by-URL index (key: SHA-384 of
+                                                 the URL), an append-only file per shard
+    index/url_sha384/{key[:2]}/{key}             S3: the by-URL index, a line set per URL
     index/{name}/{key}.d/{fetch_id}-{time}-{id}  S3 only: index lines not yet compacted
     logs/{yyyy-mm-dd}_{fetch_id}_{offset}_{limit}  a fetch log per run, a JSON line per URL
     warc/{fetch_id}_{offset}_{limit}.warc.gz     optional WARC records (extra ``warc``)
@@ -26,6 +28,10 @@ lines for the same key at once:
   ``{index key}.d/{fetch_id}-{time_ns}-{uuid4}`` with ``If-None-Match: *``: unique on every
   machine, never overwriting anything. ``lines(key)`` lists those objects, reads them, then
   reads the base object ``{index key}``, and returns the union.
+* The by-URL index on local disk appends ``{key}\\t{line}`` records to one file per shard
+  (:class:`UrlIndex`): no file per URL. A torn record (a writer killed inside its write) is
+  never read and hides no other; compaction rewrites a shard file atomically (temp file and
+  rename) under an exclusive ``flock`` that appenders wait for.
 * ``await index.compact(key)`` folds line objects into the base: it notes the base's ETag,
   reads the line objects, writes base + lines with ``If-Match`` (``If-None-Match: *`` when there
   was no base), and only then deletes the line objects **it read**. A line added meanwhile is

@@ -6,20 +6,31 @@ Shipped:
 * ``sha384_checksum`` (canonical, always on): key = content checksum, line =
   ``{content_location}\\t{requested_link}\\t{final_link}\\t{fetch_start_datetime}\\t``
   ``{fetch_duration_ns}\\t{parser_name}``;
-* ``url_sha384``: key = SHA-384 of the requested URL, in a subdirectory named by the key's
-  first two characters (``url_sha384/ab/ab…``), line =
-  ``{fetch_start_datetime}\\t{checksum}\\t{content_location}\\t{final_link}\\t{parser_name}``.
+* ``url_sha384``: key = SHA-384 of the requested URL, line =
+  ``{fetch_start_datetime}\\t{checksum}\\t{content_location}\\t{final_link}\\t{parser_name}``;
+  on local disk in one append-only file per shard (``url_sha384/ab.tsv``, :mod:`._shards`),
+  on S3 in a line set per URL (``url_sha384/ab/ab…``).
 
-Both live at ``{root}/{program}/index/{name}/{key}`` (``url_sha384`` one directory further down)
-and store their lines through the backend's line sets, which never lose a line (see
-:mod:`scrapeflow.storage`).
+The checksum index lives at ``{root}/{program}/index/{name}/{key}`` and stores its lines through
+the backend's line sets, which never lose a line (see :mod:`scrapeflow.storage`).
 """
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
+import os
+import re
 from collections.abc import Callable, Iterable
 
 from scrapeflow.errors import ConfigError, InputError
+from scrapeflow.storage._shards import (
+    SHARD_SUFFIX,
+    append_record,
+    compact_shard,
+    read_shard,
+    records_of,
+)
 from scrapeflow.storage._store import BlobStore
 from scrapeflow.storage._types import (
     Index,
@@ -27,6 +38,7 @@ from scrapeflow.storage._types import (
     check_name,
     iso_utc,
     sha384_hex,
+    split_lines,
     unique_lines,
 )
 
@@ -43,6 +55,7 @@ __all__ = [
 ]
 
 CANONICAL_INDEX = "sha384_checksum"
+_OLD_KEY = re.compile(r"[0-9a-f]{96}")  # a by-URL file of the layouts with a file per URL
 
 IndexFactory = Callable[[BlobStore], Index]
 
@@ -68,10 +81,11 @@ class LineIndex:
     name: str = ""
     fan_out: int = 0
     """How many leading characters of a key name a subdirectory its file goes in (0: none, the
-    file is ``{index}/{key}``; 2: ``{index}/{key[:2]}/{key}``). An index with a key per URL
-    sets 2: 256 directories instead of one holding a file per URL ever fetched, in which a
-    local filesystem serialises concurrent creates (on ext4, two fetch processes creating
-    files in one directory spent 3 to 5 times as long per file as in two directories)."""
+    file is ``{index}/{key}``; 2: ``{index}/{key[:2]}/{key}``). An index with many keys sets 2:
+    256 directories instead of one holding a file per key, in which a local filesystem
+    serialises concurrent creates (on ext4, two fetch processes creating files in one directory
+    spent 3 to 5 times as long per file as in two directories). :class:`UrlIndex` goes further
+    on local disk: no file per key at all."""
 
     def __init__(self, store: BlobStore) -> None:
         check_name("index name", self.name)
@@ -97,22 +111,28 @@ class LineIndex:
 
     async def add(self, entry: IndexEntry) -> None:
         """Record one line for ``entry``. Concurrent writers, anywhere, never lose a line."""
+        key, line = self._record(entry)
+        await self.store._backend.add_line(self._key(key), (line + "\n").encode(), entry.fetch_id)
+
+    def _record(self, entry: IndexEntry) -> tuple[str, str]:
+        """``entry``'s key and line, checked."""
         if entry.fetch_duration_ns < 0:
             raise InputError(f"fetch duration of {entry.requested_link!r} is negative")
-        key = self._key(self.key_of(entry))
-        line = (self.line_of(entry) + "\n").encode()
         fetch_id = entry.fetch_id
         if fetch_id not in self._fetch_ids:  # a run has one: checked once, not per line
             self._fetch_ids.add(check_name("fetch id", fetch_id))
-        await self.store._backend.add_line(key, line, fetch_id)
+        return self.key_of(entry), self.line_of(entry)
 
     async def lines(self, key: str) -> list[str]:
         """Every line under ``key``, each distinct line once, oldest first where known."""
+        return [line.decode(errors="replace") for line in unique_lines(await self._raw(key))]
+
+    async def _raw(self, key: str) -> list[bytes]:
         backend = self.store._backend
         raw = await backend.read_lines(self._key(key))
         if self.fan_out:  # lines a store written before the fan-out keeps at the flat key
             raw = await backend.read_lines(self._flat_key(key)) + raw
-        return [line.decode(errors="replace") for line in unique_lines(raw)]
+        return raw
 
     async def compact(self, key: str) -> int:
         """Fold ``key``'s S3 line objects into its base object; how many were folded (0 on
@@ -154,16 +174,87 @@ class ChecksumIndex(LineIndex):
 
 
 class UrlIndex(LineIndex):
-    """By requested URL (key: its SHA-384): what each fetch of a URL returned, at
-    ``url_sha384/{key[:2]}/{key}`` (see :attr:`LineIndex.fan_out`)."""
+    """By requested URL (key: its SHA-384): what each fetch of a URL returned.
+
+    On local disk, the lines of all the URLs whose key begins with the same two characters
+    share one append-only file, ``url_sha384/{key[:2]}.tsv``, a ``{key}\\t{line}`` record a
+    line (:mod:`._shards`): a fetch of a URL list makes 256 files at most, not one per URL. On
+    S3, which has no append and no cost per object name, each URL keeps its own line set at
+    ``url_sha384/{key[:2]}/{key}`` (see :attr:`LineIndex.fan_out`). A local store written with
+    a file per URL (``url_sha384/{key[:2]}/{key}``, or the older flat ``url_sha384/{key}``) is
+    read as well, and :meth:`compact` folds those files into the shard file.
+
+    >>> lines = await UrlIndex(store).lines(UrlIndex.key_for(url))  # doctest: +SKIP
+    """
 
     name = "url_sha384"
     fan_out = 2
+    _KEY = rb"[0-9a-f]{96}"
+    _LINE = rb"[^\t\n]*(?:\t[^\t\n]*){4}"  # five fields: one torn record plus a whole one has more
+
+    def __init__(self, store: BlobStore) -> None:
+        super().__init__(store)
+        directory = store._backend.local_path(self._prefix)  # None on S3
+        self._directory = directory
+        self._made_dirs: set[str] = set()
 
     @staticmethod
     def key_for(url: str) -> str:
         """The key of ``url`` in this index."""
         return sha384_hex(url)
+
+    def location(self, key: str) -> str:
+        """Where ``key``'s lines are: its shard file on local disk, its base object on S3."""
+        if self._directory is None:
+            return super().location(key)
+        return self._shard(key)
+
+    async def add(self, entry: IndexEntry) -> None:
+        if self._directory is None:
+            await super().add(entry)
+            return
+        key, line = self._record(entry)
+        record = f"{check_name(self._key_what, key)}\t{line}\n".encode()
+        await append_record(self._shard(key), record, self._made_dirs)
+
+    async def _raw(self, key: str) -> list[bytes]:
+        old = await super()._raw(key)  # first: see compact_shard on why this order
+        if self._directory is None:
+            return old
+        data = read_shard(self._shard(key))
+        return old + [line for _, line in records_of(data, re.escape(key.encode()), self._LINE)]
+
+    async def compact(self, key: str) -> int:
+        """On S3, fold ``key``'s line objects into its base object. On local disk, rewrite the
+        shard file of ``key`` (every URL whose key begins with the same two characters) without
+        torn records or duplicate lines, with the files of the older layouts of that shard
+        folded in and then deleted. Returns how many objects or files it folded. Atomic, and
+        safe alongside writers, readers and other compactions."""
+        if self._directory is None:
+            return await super().compact(key)
+        shard = check_name(self._key_what, key)[: self.fan_out]
+        directory = self._directory
+
+        def old_files() -> list[tuple[str, str]]:
+            found: list[tuple[str, str]] = []
+            for folder in (f"{directory}/{shard}", directory):
+                with (
+                    contextlib.suppress(FileNotFoundError, NotADirectoryError),
+                    os.scandir(folder) as entries,
+                ):
+                    found += [
+                        (e.name, e.path)
+                        for e in entries
+                        if e.name.startswith(shard) and _OLD_KEY.fullmatch(e.name) and e.is_file()
+                    ]
+            return found
+
+        return await asyncio.to_thread(
+            compact_shard, self._shard(key), self._KEY, self._LINE, old_files, split_lines
+        )
+
+    def _shard(self, key: str) -> str:
+        return f"{self._directory}/{key[: self.fan_out]}{SHARD_SUFFIX}"
 
     def key_of(self, entry: IndexEntry) -> str:
         return self.key_for(entry.requested_link)

@@ -48,11 +48,24 @@ def sha384_hex(data: bytes | str) -> str:
     return hashlib.sha384(data.encode() if isinstance(data, str) else data).hexdigest()
 
 
+_last_formatted: tuple[datetime | None, str] = (None, "")
+
+
 def iso_utc(moment: datetime) -> str:
     """``moment`` as ISO 8601 in UTC with microseconds and a ``Z``: ``2024-05-01T08:00:00.000000Z``.
 
     A naive datetime is refused: a time without a zone cannot be put in UTC without guessing.
     """
+    global _last_formatted
+    last, text = _last_formatted  # a stored page's start is formatted for each index and its
+    if moment is last:  # log line, one after the other: once is enough
+        return text
+    text = _format_utc(moment)
+    _last_formatted = (moment, text)
+    return text
+
+
+def _format_utc(moment: datetime) -> str:
     if moment.tzinfo is not UTC:
         if moment.tzinfo is None or moment.utcoffset() is None:
             raise InputError(
