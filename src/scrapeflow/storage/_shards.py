@@ -23,8 +23,8 @@ whole one after it is.
 **Compaction** (:func:`compact_shard`) rewrites a shard without its torn records and duplicate
 lines, with the lines of older layouts (a file per key) folded in: it holds the file's
 exclusive ``flock``, writes a temp file and renames it into place, then deletes the old files it
-folded. An appender that got its shared lock on the file that was just replaced sees that its
-inode is no longer at the path, and appends again to the new file.
+folded. An appender that got its shared lock on the file that was just replaced sees that it
+has no link left (the rename took its name), and appends again to the new file.
 """
 
 from __future__ import annotations
@@ -79,7 +79,7 @@ def _append(path: str, record: bytes, *, wait: bool) -> bool:
                 fcntl.flock(fd, fcntl.LOCK_SH | (0 if wait else fcntl.LOCK_NB))
             except BlockingIOError:
                 return False  # a compaction holds it: wait in a thread, not in the event loop
-            if not _is_current(fd, path):
+            if not _is_current(fd):
                 continue  # a compaction replaced the file: append to the new one
             try:
                 written = os.write(fd, record)
@@ -93,11 +93,10 @@ def _append(path: str, record: bytes, *, wait: bool) -> bool:
     raise StorageError(f"append to {path}: the file was replaced {_TRIES} times meanwhile")
 
 
-def _is_current(fd: int, path: str) -> bool:
-    try:
-        return os.fstat(fd).st_ino == os.stat(path).st_ino
-    except FileNotFoundError:
-        return False
+def _is_current(fd: int) -> bool:
+    """Whether the open file is still at its path: a compaction renames its new file over the
+    path, which leaves the old one with no link (one ``fstat``, no second path lookup)."""
+    return os.fstat(fd).st_nlink > 0
 
 
 def read_shard(path: str) -> bytes:
@@ -143,7 +142,7 @@ def compact_shard(
             raise _error("compact", path, exc) from exc
         try:
             fcntl.flock(fd, fcntl.LOCK_EX)  # appenders finish their line; new ones wait
-            if not _is_current(fd, path):
+            if not _is_current(fd):
                 continue  # another compaction replaced it meanwhile
             folded: list[str] = []
             merged: list[bytes] = []
