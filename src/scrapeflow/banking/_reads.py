@@ -9,13 +9,25 @@ the order of the pages), never by loading every movement of the customer.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from datetime import date, datetime
 from decimal import Decimal
 from typing import Any
 
-from sqlalchemy import ColumnElement, Select, Subquery, and_, case, func, literal, null, or_, select
+from sqlalchemy import (
+    ColumnElement,
+    Select,
+    Subquery,
+    and_,
+    bindparam,
+    case,
+    func,
+    literal,
+    null,
+    or_,
+    select,
+)
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
 from scrapeflow.banking._directory import validate_customer_id
@@ -28,6 +40,7 @@ from scrapeflow.banking._models import (
     Movement,
 )
 from scrapeflow.banking._results import NEEDS_A_PERSON, Outcome, ResultCode, ScrapeState
+from scrapeflow.db import QuickQuery, QuickReads
 from scrapeflow.errors import InputError
 
 __all__ = [
@@ -38,9 +51,11 @@ __all__ = [
     "CustomerView",
     "MovementPosition",
     "MovementView",
+    "Reads",
     "accesses_of",
     "accounts_of",
     "customer_page",
+    "customer_row_id",
     "customer_status",
     "customer_views",
     "movement_page",
@@ -144,18 +159,50 @@ _MOVEMENT = (
 )
 
 
+Reads = async_sessionmaker[AsyncSession] | QuickReads
+"""Where the reads below read: sessions of the database, or its :class:`QuickReads` (the
+service's, for the reads on a request's path)."""
+
+
 def _customer_is(customer: int | str) -> ColumnElement[bool]:
     if isinstance(customer, str):
         return Customer.external_id == validate_customer_id(customer)
     return Customer.id == customer
 
 
-async def _rows(
-    sessions: async_sessionmaker[AsyncSession], query: Select[*tuple[Any, ...]]
+class _PerCustomer:
+    """A read of one customer's rows, built once for either way of naming the customer (its
+    external id, or its row id): ``build`` is given the condition that picks the customer."""
+
+    def __init__(self, build: Callable[[ColumnElement[bool]], Select[*tuple[Any, ...]]]) -> None:
+        self.by_external = QuickQuery(build(Customer.external_id == bindparam("customer")))
+        self.by_id = QuickQuery(build(Customer.id == bindparam("customer")))
+
+    async def rows(self, source: Reads, customer: int | str, **params: Any) -> list[Any]:
+        given: int | str
+        if isinstance(customer, str):
+            query, given = self.by_external, validate_customer_id(customer)
+        else:
+            query, given = self.by_id, customer
+        return await _rows(source, query, {"customer": given, **params})
+
+
+async def _rows(source: Reads, query: QuickQuery, params: dict[str, Any]) -> list[Any]:
+    if isinstance(source, QuickReads):
+        return await source.rows(query, params)
+    return await _select(source, query.statement, params)
+
+
+async def _select(
+    source: Reads, query: Select[*tuple[Any, ...]], params: dict[str, Any] | None = None
 ) -> list[Any]:
-    async with sessions() as session:
+    """The rows of a statement built for this read alone (through the engine)."""
+    if isinstance(source, QuickReads):
+        async with source.engine.connect() as connection:
+            return list((await connection.execute(query, params)).all())
+    async with source() as session:
         connection = await session.connection()
-        return list((await connection.execute(query)).all())
+        return list((await connection.execute(query, params)).all())
 
 
 def _missing(customer: int | str) -> InputError:
@@ -169,20 +216,24 @@ class CustomerState:
     """When its last refresh ended (None before the first)."""
 
 
-async def customer_status(
-    sessions: async_sessionmaker[AsyncSession], customer: int | str
-) -> tuple[CustomerState, list[AccessView]]:
-    """The customer's state and its accesses', read together (one snapshot: a launch that
-    claims the customer, or a watchdog that frees it, is seen whole or not at all)."""
-    rows = await _rows(
-        sessions,
+_STATUS = _PerCustomer(
+    lambda customer: (
         select(Customer.scrape_state, Customer.scrape_finished_at, *_ACCESS)
         .select_from(Customer)
         .outerjoin(Access, Access.customer_id == Customer.id)
         .outerjoin(FinancialEntity, FinancialEntity.id == Access.entity_id)
-        .where(_customer_is(customer))
-        .order_by(Access.id),
+        .where(customer)
+        .order_by(Access.id)
     )
+)
+
+
+async def customer_status(
+    sessions: Reads, customer: int | str
+) -> tuple[CustomerState, list[AccessView]]:
+    """The customer's state and its accesses', read together (one snapshot: a launch that
+    claims the customer, or a watchdog that frees it, is seen whole or not at all)."""
+    rows = await _STATUS.rows(sessions, customer)
     if not rows:
         raise _missing(customer)
     found = CustomerState(rows[0][0], rows[0][1])
@@ -249,7 +300,7 @@ async def customer_views(
     )
     if customer is not None:
         query = query.where(_customer_is(customer))
-    rows = await _rows(sessions, query)
+    rows = await _select(sessions, query)
     if customer is not None and not rows:
         raise _missing(customer)
     return [_customer_view(row) for row in rows]
@@ -331,33 +382,33 @@ async def customer_page(
     )
 
 
-async def accesses_of(
-    sessions: async_sessionmaker[AsyncSession], customer: int | str
-) -> list[AccessView]:
+async def accesses_of(sessions: Reads, customer: int | str) -> list[AccessView]:
     return (await customer_status(sessions, customer))[1]
 
 
-async def accounts_of(
-    sessions: async_sessionmaker[AsyncSession], customer: int | str
-) -> list[AccountView]:
-    """The customer's accounts, by bank and bank ref."""
-    rows = await _rows(
-        sessions,
+_ACCOUNTS = _PerCustomer(
+    lambda customer: (
         select(Customer.id, *_ACCOUNT)
         .select_from(Customer)
         .outerjoin(Access, Access.customer_id == Customer.id)
         .outerjoin(FinancialEntity, FinancialEntity.id == Access.entity_id)
         .outerjoin(Account, Account.access_id == Access.id)
-        .where(_customer_is(customer))
-        .order_by(FinancialEntity.code, Account.bank_ref),
+        .where(customer)
+        .order_by(FinancialEntity.code, Account.bank_ref)
     )
+)
+
+
+async def accounts_of(sessions: Reads, customer: int | str) -> list[AccountView]:
+    """The customer's accounts, by bank and bank ref."""
+    rows = await _ACCOUNTS.rows(sessions, customer)
     if not rows:
         raise _missing(customer)
     return [AccountView(*row[1:]) for row in rows if row[1] is not None]
 
 
 def _movements(
-    owner: int, accounts: Sequence[str], since: date | None, accesses: Sequence[int] = ()
+    owner: Any, accounts: Sequence[str], since: Any, accesses: Sequence[int] = ()
 ) -> Select[*tuple[Any, ...]]:
     query: Select[*tuple[Any, ...]] = (
         select(*_MOVEMENT)
@@ -395,15 +446,20 @@ def _movement(row: Any) -> MovementView:
     )
 
 
-async def _owner(session: AsyncSession, customer: int | str) -> int:
-    owner = await session.scalar(select(Customer.id).where(_customer_is(customer)))
-    if owner is None:
+_OWNER = _PerCustomer(lambda customer: select(Customer.id).where(customer))
+
+
+async def customer_row_id(source: Reads, customer: int | str) -> int:
+    """The customer's row id (``customer`` its external id, or that id itself):
+    :class:`InputError` when there is no such customer."""
+    found = await _OWNER.rows(source, customer)
+    if not found:
         raise _missing(customer)
-    return owner
+    return int(found[0][0])
 
 
 async def movements_of(
-    sessions: async_sessionmaker[AsyncSession],
+    sessions: Reads,
     customer: int | str,
     *,
     accounts: Sequence[str] = (),
@@ -414,16 +470,68 @@ async def movements_of(
     """All the customer's movements in the order of the pages; ``accounts`` filters by bank
     ref or IBAN, ``accesses`` by the access they were read through, ``since`` and ``until``
     by operation date (both included)."""
-    async with sessions() as session:
-        query = _movements(await _owner(session, customer), accounts, since, accesses)
-        if until is not None:
-            query = query.where(Movement.operation_date <= until)
-        query = query.order_by(*_PAGE_ORDER)
-        return [_movement(row) for row in (await session.execute(query)).all()]
+    query = _movements(await customer_row_id(sessions, customer), accounts, since, accesses)
+    if until is not None:
+        query = query.where(Movement.operation_date <= until)
+    query = query.order_by(*_PAGE_ORDER)
+    return [_movement(row) for row in await _select(sessions, query)]
+
+
+def _page(
+    owner: Any,
+    *,
+    limit: Any,
+    after: tuple[Any, Any, Any] | None,
+    accounts: Sequence[str],
+    since: Any,
+    until: Any,
+    accesses: Sequence[int],
+) -> Select[*tuple[Any, ...]]:
+    """A page's statement: values, or bind parameters for a statement built once."""
+    query = _movements(owner, accounts, since, accesses)
+    if until is not None:
+        query = query.where(Movement.operation_date <= until)
+    if after is not None:
+        day, ref, key = after
+        query = query.where(
+            or_(
+                Movement.operation_date < day,
+                and_(
+                    Movement.operation_date == day,
+                    or_(
+                        Account.bank_ref > ref,
+                        and_(Account.bank_ref == ref, Movement.movement_key > key),
+                    ),
+                ),
+            )
+        )
+    return query.order_by(*_PAGE_ORDER).limit(limit)
+
+
+_PAGES: dict[tuple[bool, bool, bool], QuickQuery] = {}
+"""The page statements without account or access filters, by which of since, until and after
+they have: built once each."""
+
+
+def _page_query(since: bool, until: bool, after: bool) -> QuickQuery:
+    found = _PAGES.get((since, until, after))
+    if found is None:
+        found = _PAGES[since, until, after] = QuickQuery(
+            _page(
+                bindparam("owner"),
+                limit=bindparam("limit"),
+                after=(bindparam("day"), bindparam("ref"), bindparam("key")) if after else None,
+                accounts=(),
+                since=bindparam("since") if since else None,
+                until=bindparam("until") if until else None,
+                accesses=(),
+            )
+        )
+    return found
 
 
 async def movement_page(
-    sessions: async_sessionmaker[AsyncSession],
+    sessions: Reads,
     customer: int | str,
     *,
     limit: int,
@@ -435,26 +543,24 @@ async def movement_page(
 ) -> list[MovementView]:
     """Up to ``limit`` of the customer's movements in the order of the pages (newest day
     first, then account bank ref and key), those after position ``after``."""
-    async with sessions() as session:
-        query = _movements(await _owner(session, customer), accounts, since, accesses)
-        if until is not None:
-            query = query.where(Movement.operation_date <= until)
-        if after is not None:
-            day, ref, key = date.fromordinal(-after[0]), after[1], after[2]
-            query = query.where(
-                or_(
-                    Movement.operation_date < day,
-                    and_(
-                        Movement.operation_date == day,
-                        or_(
-                            Account.bank_ref > ref,
-                            and_(Account.bank_ref == ref, Movement.movement_key > key),
-                        ),
-                    ),
-                )
-            )
-        query = query.order_by(*_PAGE_ORDER).limit(limit)
-        return [_movement(row) for row in (await session.execute(query)).all()]
+    owner = await customer_row_id(sessions, customer)
+    position = None if after is None else (date.fromordinal(-after[0]), after[1], after[2])
+    if accounts or accesses:  # lists: a statement of their own
+        query = _page(
+            owner,
+            limit=limit,
+            after=position,
+            accounts=accounts,
+            since=since,
+            until=until,
+            accesses=accesses,
+        )
+        return [_movement(row) for row in await _select(sessions, query)]
+    params: dict[str, Any] = {"owner": owner, "limit": limit, "since": since, "until": until}
+    if position is not None:
+        params |= {"day": position[0], "ref": position[1], "key": position[2]}
+    query_once = _page_query(since is not None, until is not None, position is not None)
+    return [_movement(row) for row in await _rows(sessions, query_once, params)]
 
 
 _PAGE_ORDER = (Movement.operation_date.desc(), Account.bank_ref, Movement.movement_key)

@@ -24,6 +24,7 @@ from scrapeflow.db._engine import (
 )
 from scrapeflow.db._errors import connection_lost, database_errors, unusable_reason
 from scrapeflow.db._migrate import alembic_config, head_revision, migrate
+from scrapeflow.db._quick import QuickQuery, QuickReads
 from scrapeflow.db._tables import create_tables
 from scrapeflow.db._types import Money, UTCDateTime
 from scrapeflow.db._upsert import portable_statements, upsert, upsert_sync
@@ -31,6 +32,8 @@ from scrapeflow.db._upsert import portable_statements, upsert, upsert_sync
 __all__ = [
     "DEFAULT_URL",
     "Money",
+    "QuickQuery",
+    "QuickReads",
     "UTCDateTime",
     "alembic_config",
     "connection_lost",

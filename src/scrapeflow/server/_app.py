@@ -34,7 +34,7 @@ def create_app(settings: Settings) -> FastAPI:
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
         from scrapeflow.banking import migrate
-        from scrapeflow.db import create_engine, session_factory
+        from scrapeflow.db import QuickReads, create_engine, session_factory
         from scrapeflow.server._courier import Courier
         from scrapeflow.server._daily import daily_refresh
         from scrapeflow.server._events import EventLog
@@ -59,7 +59,8 @@ def create_app(settings: Settings) -> FastAPI:
             async with (
                 events,
                 Courier(engine, settings, events),
-                KeyRing(engine) as keyring,
+                QuickReads(engine) as quick,
+                KeyRing(engine, reads=quick) as keyring,
                 job_queue(settings, events, engine, run_jobs=runs_jobs) as queue,
             ):
                 sessions = session_factory(engine)
@@ -72,6 +73,7 @@ def create_app(settings: Settings) -> FastAPI:
                     events=events,
                     webhooks=webhooks,
                     keys=keyring,
+                    quick=quick,
                     egress=EgressPolicy.from_settings(settings),
                     scheduler=scheduler,
                     streams=StreamSlots(

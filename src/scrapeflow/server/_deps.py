@@ -15,7 +15,13 @@ from scrapeflow.server._state import ServiceState
 __all__ = ["Caller", "State", "caller_with", "check_customer", "service"]
 
 
-def service(request: Request) -> ServiceState:
+async def service(request: Request) -> ServiceState:
+    """A dependency: the service's state (async: FastAPI runs a plain function of a
+    dependency in its thread pool, a hand-off to a thread and back on every request)."""
+    return _state_of(request)
+
+
+def _state_of(request: Request) -> ServiceState:
     state: ServiceState = request.app.state.service
     return state
 
@@ -31,7 +37,7 @@ def caller_with(scope: Scope) -> Callable[[Request], Awaitable[ApiKey]]:
         key = known_key(request.scope)  # authenticated before its body was read
         if key is None:
             key = await authenticate(
-                service(request),
+                _state_of(request),
                 request.headers.get("authorization", ""),
                 client_address(request.scope),
             )

@@ -29,6 +29,7 @@ from sqlalchemy import select, update
 from sqlalchemy.ext.asyncio import AsyncEngine
 
 from scrapeflow._util.logs import get_logger
+from scrapeflow.db import QuickReads
 from scrapeflow.server._keys import ApiKey, find_key, keys_table, split_token
 
 __all__ = ["CACHE_SECONDS", "POLL_SECONDS", "KeyRing"]
@@ -47,8 +48,12 @@ _MAX_CACHED = 10_000
 class KeyRing:
     """Keys as this process knows them; an async context manager (its watcher runs inside)."""
 
-    def __init__(self, engine: AsyncEngine) -> None:
+    def __init__(self, engine: AsyncEngine, *, reads: QuickReads | None = None) -> None:
         self.engine = engine
+        self.reads = reads
+        # The look-ups under way, by digest: requests with a key whose entry just expired
+        # share one query, not one each.
+        self._lookups: dict[str, asyncio.Future[ApiKey | None]] = {}
         # sha256 of the whole token -> (key, monotonic time it was read): no token kept.
         self._cache: dict[str, tuple[ApiKey, float]] = {}
         # (key id, the stored hash of the secret a stream was opened with) -> its signal.
@@ -90,7 +95,13 @@ class KeyRing:
                 self._used(known.id, now)
                 return known
         self._cache.pop(digest, None)
-        key = await find_key(self.engine, token)
+        lookup = self._lookups.get(digest)
+        if lookup is None:
+            lookup = asyncio.ensure_future(find_key(self.engine, token, reads=self.reads))
+            self._lookups[digest] = lookup
+            lookup.add_done_callback(lambda _: self._lookups.pop(digest, None))
+        # Shielded: one waiter leaving (its client gone) does not cancel the others' look-up.
+        key = await asyncio.shield(lookup)
         if key is None:
             return None
         if len(self._cache) >= _MAX_CACHED:  # the oldest entry goes (dicts keep their order)

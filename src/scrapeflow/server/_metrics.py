@@ -200,8 +200,8 @@ def method_label(method: str) -> str:
     return method if method in _METHODS else "other"
 
 
-def service_metrics(request: Request) -> ServiceMetrics:
-    """A dependency: the app's metrics."""
+async def service_metrics(request: Request) -> ServiceMetrics:
+    """A dependency: the app's metrics (async: no hand-off to FastAPI's thread pool)."""
     metrics: ServiceMetrics = request.app.state.metrics
     return metrics
 

@@ -10,7 +10,9 @@ from dataclasses import dataclass, field
 
 from sqlalchemy.ext.asyncio import AsyncEngine, AsyncSession, async_sessionmaker
 
+from scrapeflow.banking import Reads
 from scrapeflow.config import Settings
+from scrapeflow.db import QuickReads
 from scrapeflow.http import EgressPolicy
 from scrapeflow.jobs import JobQueue, Scheduler
 from scrapeflow.server._events import EventLog
@@ -103,9 +105,17 @@ class ServiceState:
     """Open event streams per key and in all (``max_streams_per_key``, ``max_streams``)."""
     job_quota: JobQuota = field(default_factory=lambda: JobQuota(100))
     """Active fetch and run jobs per key (``max_jobs_per_key``)."""
+    quick: QuickReads | None = None
+    """Reads of the routes a UI calls all the time (status, accounts, movement pages) without
+    the engine's cost per statement; None: through sessions."""
     closing: asyncio.Event = field(default_factory=asyncio.Event)
     """Set when the service starts to stop (SIGTERM, Ctrl-C): event streams end, and no new
     job starts; running ones get their grace from that moment."""
+
+    @property
+    def reads(self) -> Reads:
+        """Where the routes' reads of customers' data go: the quick reads when there are."""
+        return self.sessions if self.quick is None else self.quick
 
     def begin_shutdown(self) -> None:
         """The first step of a stop, at the signal: streams end, the queue takes no new job."""

@@ -138,14 +138,10 @@ def customer_read(customer: str) -> Iterator[None]:
 
 
 async def known_customer(state: State, customer: str) -> None:
-    from scrapeflow.banking import find_customer
-    from scrapeflow.errors import InputError
+    from scrapeflow.banking import customer_row_id
 
-    async with state.sessions() as session:
-        try:
-            await find_customer(session, customer)
-        except InputError:
-            raise Problem(404, "customer-not-found", f"no customer {customer!r}") from None
+    with customer_read(customer):
+        await customer_row_id(state.reads, customer)
 
 
 async def _active_refresh(state: State, customer: str) -> Job | None:
@@ -415,7 +411,7 @@ async def status(customer: CustomerId, state: State, key: CustomerViewer) -> Cus
     # The customer and its accesses in one read: a launch claims the customer before its
     # accesses and the watchdog frees both at once, so they are never seen half-updated.
     with customer_read(customer):
-        found, accesses = await customer_status(state.sessions, customer)
+        found, accesses = await customer_status(state.reads, customer)
     last = await state.queue.latest(refresh_key(customer), _EPOCH)
     job = last if last is not None and last.state in _ACTIVE else None
     busy = job is not None or any(a.state is ScrapeState.IN_PROGRESS for a in accesses)
@@ -464,7 +460,7 @@ async def accounts(customer: CustomerId, state: State, key: CustomerViewer) -> l
     from scrapeflow.banking import accounts_of
 
     with customer_read(customer):
-        found = await accounts_of(state.sessions, customer)
+        found = await accounts_of(state.reads, customer)
     return [
         AccountOut(
             access_id=a.access_id,
@@ -509,7 +505,7 @@ async def movements(
     after = _decode_cursor(cursor, customer) if cursor else None
     with customer_read(customer):
         found = await movement_page(
-            state.sessions,
+            state.reads,
             customer,
             limit=limit + 1,
             after=after,
