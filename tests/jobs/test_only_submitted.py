@@ -107,7 +107,8 @@ async def test_the_store_claims_and_sweeps_only_the_jobs_named(job_store: JobSto
 async def test_requeue_stalled_is_the_sweep_as_one_call(job_store: JobStore) -> None:
     now = datetime.now(UTC)
     long_ago = now - timedelta(minutes=5)
-    async with queue(job_store, run_jobs=False, max_attempts=2) as jobs:
+    # stalled_after 30 s: the live job's claim stays fresh however slow a loaded machine is
+    async with queue(job_store, run_jobs=False, max_attempts=2, stalled_after=30) as jobs:
         dead = await jobs.submit("count_to", {"n": 1})
         tired = await jobs.submit("count_to", {"n": 1})
         live = await jobs.submit("count_to", {"n": 1})

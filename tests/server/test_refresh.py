@@ -17,10 +17,9 @@ from scrapeflow.sandbox import Sandbox, SandboxAdmin
 
 from .conftest import BANKS, Service
 
-# A job run by the process that is asked stops at once (one run elsewhere within the queue's
-# poll interval, 0.5 s), well inside the 2 s promised; the bound leaves room for a loaded
-# shared CI machine.
-CANCEL_BOUND = 5.0
+# The 2 s documented (a job run elsewhere: procrastinate's abort at once, or its worker's look
+# at the cancel flags every second), and half a second for a loaded machine.
+CANCEL_BOUND = 2.5
 
 
 def wait_all_updated(client: httpx.Client, customer: str, seconds: float = 60) -> dict[str, Any]:

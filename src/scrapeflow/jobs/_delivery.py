@@ -1,22 +1,39 @@
-"""Running procrastinate's deliveries of jobs: claim the row, heartbeat it, store its end.
+"""Running procrastinate's deliveries of jobs: claim the row, watch every run, store its end.
 
 A delivery of ``scrapeflow.run`` claims the job's row in ``scrapeflow_jobs`` (queued → running,
-owner = this delivery; a running row whose heartbeat stopped is taken over), runs the handler
-of its kind while stamping the row's heartbeat and progress, and ends the row ``succeeded``,
-``failed`` or ``cancelled``. Every write is conditional on the owner, so a duplicate or a
-zombie delivery never ends a job twice. How a cancelled delivery ends depends on who cancelled:
+owner = this run; a row whose run is known dead is taken over in the same statement), runs the
+handler of its kind, and ends the row ``succeeded``, ``failed`` or ``cancelled``. Every write is
+conditional on the owner, so a duplicate or a zombie delivery never ends a job twice.
 
-* a user's abort (procrastinate cancels the task): the job ends ``cancelled``, the dispatch
-  ``aborted``;
+**One watch per process.** The runs of a process share one loop (:meth:`DeliveryRunner.watch`):
+every second it reads, in one statement, which of its jobs a user asked to cancel; every
+``heartbeat`` seconds it stamps all of them, heartbeat and progress, in one statement too, and
+learns from the same statement which were taken over (the sweep found them silent and gave them
+to another worker). A job costs no statement of its own between its claim and its end.
+
+**Places.** A lane runs at most its concurrency of jobs at once in a process, parts included:
+each run holds a place of its lane (:class:`asyncio.Semaphore`); a job waiting for its parts
+(:meth:`DeliveryRunner.join`) gives its place back while it waits, and each part it runs itself
+takes one like any job. So a refresh of three accesses on a lane of 8 is three of the 8 while
+its accesses run, none while it waits for accesses other workers run.
+
+How a run ends depends on what stopped it:
+
+* a user's abort (procrastinate cancels the task) or a cancel seen by the watch: the job ends
+  ``cancelled`` (the dispatch ``aborted``);
 * the worker's shutdown after its grace period: the row goes back to ``queued`` and
   :class:`~scrapeflow.jobs._dispatch.Released` sends the dispatch back to the queue;
-* the heartbeat finding ``cancel_requested`` (the fallback when a NOTIFY was lost): ``cancelled``;
-* the heartbeat finding the row taken over: nothing is written, the new owner has it.
+* the watch finding the row taken over: nothing is written, the new owner has it;
+* the watch unable to stamp it for nearly as long as the sweep waits before giving it to
+  another worker (the database away): it is handed back, stored once the database answers.
 
 A handler that fails because the database went away under it (:func:`database_lost`: a
 PostgreSQL restart, a cut connection) has not failed as a job: its run is handed back like a
 shutdown's, and runs again (its handler must be idempotent, as every handler is), up to
-``max_attempts`` runs in all; the last one's error fails it.
+``max_attempts`` runs in all; the last one's error fails it. An end that cannot be stored
+because the database is away is tried again every half second until it can (for
+``_STORE_WAIT`` seconds): the job runs again as soon as the database is back, not once the
+sweep finds it silent.
 """
 
 from __future__ import annotations
@@ -25,18 +42,25 @@ import asyncio
 import contextlib
 import secrets
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Sequence
+from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
-from typing import Any
+from typing import Any, TypeVar
 
 from procrastinate import JobContext as DispatchContext
 from procrastinate.job_context import AbortReason
 
 from scrapeflow._util.logs import get_logger
 from scrapeflow._util.redact import redact
-from scrapeflow._util.tasks import stop_task
 from scrapeflow.errors import UnknownJobKind
-from scrapeflow.jobs._dispatch import Released, database_lost
+from scrapeflow.jobs._dispatch import (
+    Released,
+    claim_run,
+    database_lost,
+    earlier_run,
+    run_owner,
+    run_tag,
+)
 from scrapeflow.jobs._model import Job, JobState
 from scrapeflow.jobs._runner import Followers, JobContext, JobKinds
 from scrapeflow.jobs._store import SqlJobStore
@@ -46,10 +70,34 @@ __all__: list[str] = []
 _log = get_logger(__name__)
 _MAX_ERROR = 1_000
 _FINISH_TRIES = 3
-"""Attempts to store how a run ended before leaving it to the sweep (which would run it again)."""
+"""Attempts to store how a run ended, on an error that is not the database going away."""
+_STORE_WAIT = 60.0
+"""Seconds an end is tried again while the database is away, before it is left to the sweep."""
+_CANCEL_TICK = 1.0
+"""Seconds between two looks at the cancel flags of the jobs a process runs (one statement)."""
 _Outcome = tuple[JobState, dict[str, Any] | None, str | None]
 _RUN_AGAIN = None
 """The outcome of a run the database went away under: hand the job back, to run again."""
+T = TypeVar("T")
+
+
+@dataclass(eq=False)
+class _Run:
+    """A job running in this process: its row's owner, its lane's place, what stopped it."""
+
+    context: JobContext
+    owner: str
+    place: asyncio.Semaphore
+    holds_place: bool = True
+    task: asyncio.Task[_Outcome | None] | None = None
+    stamped: float = field(default_factory=time.monotonic)
+    """When its heartbeat was last stored (monotonic): the claim, then each beat."""
+    stopped: str | None = None
+    """Why the watch stopped it: ``cancel``, ``lost`` (taken over) or ``silent``."""
+
+    @property
+    def job(self) -> Job:
+        return self.context.job
 
 
 class DeliveryRunner:
@@ -64,8 +112,12 @@ class DeliveryRunner:
         heartbeat: float,
         stalled_after: float,
         max_attempts: int,
-        tell: Callable[[str], Awaitable[None]],
+        poll: float,
+        tell: Callable[[Job], Awaitable[None]],
         followers: Callable[[DispatchContext], Followers],
+        place_of: Callable[[str], asyncio.Semaphore],
+        queue_of: Callable[[str], str],
+        redispatch: Callable[[Job], Awaitable[None]],
     ) -> None:
         self._store = store
         self._kinds = kinds
@@ -73,88 +125,158 @@ class DeliveryRunner:
         self.heartbeat = heartbeat
         self.stalled_after = stalled_after
         self.max_attempts = max_attempts
+        self.poll = poll
         self._tell = tell
         self._followers = followers
+        self._place_of = place_of
+        """A lane's places in this process, by its procrastinate queue."""
+        self._queue_of = queue_of
+        """The procrastinate queue of a job's kind (its lane's)."""
+        self._redispatch = redispatch
+        self._runs: dict[str, _Run] = {}
         self.running: dict[str, JobContext] = {}
         """The jobs running here, with their live progress."""
         self.finished: dict[str, asyncio.Event] = {}
         """Set when a job running here ends (what the queue's ``wait`` listens to)."""
 
+    # -- deliveries and parts --------------------------------------------------------------
+
     async def deliver(self, dispatch: DispatchContext, job_id: str) -> None:
         """procrastinate's ``scrapeflow.run`` task: run job ``job_id`` if it is still to run."""
-        await self._deliver(dispatch, job_id, str(dispatch.job.attempts))
-
-    async def run_inline(self, dispatch: DispatchContext, job_id: str) -> None:
-        """Run job ``job_id`` here, inside the delivery ``dispatch`` (a part its job waits for),
-        if it is still to run. Stopped with that delivery, it ends as the delivery does: a
-        user's abort cancels it, a shutdown hands it back to the queue."""
-        # Released: back in the queue, where its own dispatch (or the sweep's) runs it.
-        with contextlib.suppress(Released):
-            await self._deliver(dispatch, job_id, "part")
-
-    async def _deliver(self, dispatch: DispatchContext, job_id: str, attempt: str) -> None:
-        parts = (self.name, str(dispatch.job.id), attempt, secrets.token_hex(3))
-        owner = ":".join(parts)[-64:]
-        job = await self._claim(job_id, owner)
-        if job is None:
-            return  # cancelled, ended, or running on a live worker: a duplicate delivery
-        context = JobContext(job, self._followers(dispatch))
-        self.running[job.id] = context
+        tag = run_tag(dispatch.job.id, dispatch.job.attempts)
+        owner = run_owner(self.name, tag, secrets.token_hex(3))
+        place = self._place_of(dispatch.job.queue)
+        await place.acquire()
         try:
-            await self._run_claimed(dispatch, context, owner)
+            job = await self._claim(dispatch, job_id, owner, inline=False)
+        except BaseException:
+            place.release()
+            raise
+        if job is None:
+            place.release()
+            return  # cancelled, ended, or running on a live worker: a duplicate delivery
+        await self._run(dispatch, _Run(JobContext(job, self._followers(dispatch)), owner, place))
+
+    async def run_inline(
+        self, dispatch: DispatchContext, job: Job, place: asyncio.Semaphore
+    ) -> None:
+        """Run follow-up ``job`` here, inside the delivery ``dispatch`` (a part its job waits
+        for), once a place of its lane is free, if it is still to run then. Stopped with that
+        delivery, it ends as the delivery does: a user's abort cancels it, a shutdown hands it
+        back to the queue."""
+        tag = run_tag(dispatch.job.id, dispatch.job.attempts)
+        owner = run_owner(self.name, tag, secrets.token_hex(3), part=True)
+        await place.acquire()
+        try:
+            claimed = await self._claim(dispatch, job.id, owner, inline=True)
+        except BaseException:
+            place.release()
+            raise
+        if claimed is None:
+            place.release()
+            return
+        run = _Run(JobContext(claimed, self._followers(dispatch)), owner, place)
+        # Released: back in the queue, where a dispatch (or this job's next look) runs it.
+        with contextlib.suppress(Released):
+            await self._run(dispatch, run, part=True)
+
+    async def _claim(
+        self, dispatch: DispatchContext, job_id: str, owner: str, *, inline: bool
+    ) -> Job | None:
+        now = datetime.now(UTC)
+        dead_before = now - timedelta(seconds=self.stalled_after)
+        job = await claim_run(
+            self._store.engine,
+            job_id,
+            owner,
+            now,
+            dead_before=dead_before,
+            missed_before=self._missed_before(now),
+            max_attempts=self.max_attempts,
+            dispatch_id=dispatch.job.id,
+            attempt=dispatch.job.attempts,
+            inline=inline,
+        )
+        if job is not None:
+            return job
+        # Not claimed: ended, running live, or run dead too often (then the sweep's rule fails
+        # it, here at once).
+        current = await self._store.get(job_id)
+        if current is None or current.state is not JobState.RUNNING:
+            return None
+        dead = self._dead(current.owner, current.heartbeat_at, dispatch, now)
+        spent = dead and current.attempts >= self.max_attempts
+        if spent and await self._store.requeue_stalled(now, self.max_attempts, only=[job_id]):
+            await self._tell_id(job_id)
+        return None
+
+    def _missed_before(self, now: datetime) -> datetime:
+        """A run whose row was last stamped before this has missed two of its beats."""
+        return now - timedelta(seconds=2 * self.heartbeat + _CANCEL_TICK)
+
+    def _dead(
+        self,
+        owner: str | None,
+        stamped: datetime | None,
+        dispatch: DispatchContext,
+        now: datetime,
+    ) -> bool:
+        """Whether the run ``owner`` of a running row stamped at ``stamped`` is known dead:
+        silent for ``stalled_after``, or an earlier delivery of ``dispatch`` that missed two
+        beats (what :func:`claim_run` takes over)."""
+        if stamped is None:
+            return True
+        if stamped < now - timedelta(seconds=self.stalled_after):
+            return True
+        earlier = earlier_run(owner, dispatch.job.id, dispatch.job.attempts)
+        return earlier and stamped < self._missed_before(now)
+
+    async def _run(self, dispatch: DispatchContext, run: _Run, *, part: bool = False) -> None:
+        job = run.job
+        self._runs[job.id] = run
+        self.running[job.id] = run.context
+        try:
+            await self._run_claimed(dispatch, run, part=part)
         finally:
+            self._runs.pop(job.id, None)
             self.running.pop(job.id, None)
+            if run.holds_place:
+                run.holds_place = False
+                run.place.release()
             event = self.finished.pop(job.id, None)
             if event is not None:
                 event.set()
 
-    async def _claim(self, job_id: str, owner: str) -> Job | None:
-        now = datetime.now(UTC)
-        cutoff = now - timedelta(seconds=self.stalled_after)
-        current = await self._store.get(job_id)
-        if current is None or current.state.final:
-            return None
-        if current.state is JobState.RUNNING:
-            if current.heartbeat_at is not None and current.heartbeat_at >= cutoff:
-                return None
-            # a re-delivery after its worker died: take the job over (or give up on it)
-            if await self._store.requeue_stalled(cutoff, self.max_attempts, only=[job_id]):
-                await self._tell(job_id)
-        claimed = await self._store.claim(owner, now, 1, only=[job_id])
-        return claimed[0] if claimed else None
-
-    async def _run_claimed(
-        self, dispatch: DispatchContext, context: JobContext, owner: str
-    ) -> None:
-        job = context.job
+    async def _run_claimed(self, dispatch: DispatchContext, run: _Run, *, part: bool) -> None:
+        job = run.job
         if job.cancel_requested:  # asked while its previous worker was dying
-            await self._settle(context, owner, (JobState.CANCELLED, None, "cancelled"))
+            await self._settle(run, (JobState.CANCELLED, None, "cancelled"), part=part)
             return
-        interrupted: set[str] = set()
-        work = asyncio.create_task(self._handle(context), name=f"job-{job.id}")
-        watch = asyncio.create_task(self._watch(context, owner, work, interrupted))
+        await self._tell(job)
+        work = asyncio.create_task(self._handle(run.context), name=f"job-{job.id}")
+        run.task = work
         try:
             outcome = await work
         except asyncio.CancelledError:
             current = asyncio.current_task()
             if current is not None and current.cancelling():  # procrastinate aborted us
                 if dispatch.abort_reason() is AbortReason.USER_REQUEST:
-                    await self._settle(context, owner, (JobState.CANCELLED, None, "cancelled"))
+                    await self._settle(run, (JobState.CANCELLED, None, "cancelled"), part=part)
                     raise  # the dispatch ends `aborted`
-                await self._settle(context, owner, None)
+                await self._settle(run, _RUN_AGAIN, part=part)
                 raise Released from None  # RetryReleased puts the dispatch back in the queue
-            if "lost" in interrupted:
+            if run.stopped == "lost":
                 return  # another delivery holds the job now
-            outcome = (JobState.CANCELLED, None, "cancelled")
-        finally:
-            await stop_task(watch)
-        await self._settle(context, owner, outcome)
+            if run.stopped == "silent":
+                outcome = _RUN_AGAIN
+            else:
+                outcome = (JobState.CANCELLED, None, "cancelled")
+        await self._settle(run, outcome, part=part)
         if outcome is _RUN_AGAIN:
             raise Released  # RetryReleased puts the dispatch back in the queue
 
     async def _handle(self, context: JobContext) -> _Outcome | None:
         job = context.job
-        await self._tell(job.id)
         try:
             handler = self._kinds.get(job.kind)
             if handler is None:
@@ -174,77 +296,187 @@ class DeliveryRunner:
             return JobState.FAILED, None, error
         return JobState.SUCCEEDED, dict(outcome) if outcome else None, None
 
-    async def _watch(
-        self,
-        context: JobContext,
-        owner: str,
-        work: asyncio.Task[_Outcome | None],
-        interrupted: set[str],
-    ) -> None:
-        """Stamp the job's heartbeat and progress; stop it when it was cancelled or taken over
-        (the sweep found it silent and gave it to another worker), or when the database has
-        not taken a beat for nearly as long as the sweep waits before giving the job to
-        another worker: two workers never run one job for long, even cut off from each other."""
-        job_id = context.job.id
-        last_beat = time.monotonic()
-        while not work.done():
-            await asyncio.sleep(self.heartbeat)
+    # -- a job waiting for its parts ---------------------------------------------------------
+
+    async def join(self, dispatch: DispatchContext, parent: Job, jobs: Sequence[Job]) -> list[Job]:
+        """:meth:`JobContext.join` in the delivery ``dispatch``: wait for ``jobs`` to end,
+        running here those still queued (or left by an earlier delivery of the same dispatch,
+        dead) as places of their lanes free, beside those other workers took. The parent gives
+        its own place back while it waits. One read a ``poll`` for all of them."""
+        run = self._runs.get(parent.id)
+        lent = run is not None and run.holds_place
+        if run is not None and lent:
+            run.holds_place = False
+            run.place.release()
+        by_id = {job.id: job for job in jobs}
+        inline: dict[str, asyncio.Task[None]] = {}
+        attempt = dispatch.job.attempts
+        try:
+            while True:
+                try:
+                    states = await self._store.states(list(by_id))
+                except Exception as exc:
+                    if not database_lost(exc):
+                        raise
+                    # The database away: the parts running here go on (each stores its end
+                    # once it is back); look again at the next poll.
+                    await asyncio.sleep(self.poll)
+                    continue
+                waiting = [i for i in by_id if i in states and not states[i][0].final]
+                if not waiting:
+                    break
+                now = datetime.now(UTC)
+                for job_id in waiting:
+                    state, owner, stamped = states[job_id]
+                    takeable = state is JobState.QUEUED or (
+                        earlier_run(owner, dispatch.job.id, attempt)
+                        and self._dead(owner, stamped, dispatch, now)
+                    )
+                    here = inline.get(job_id)
+                    if takeable and (here is None or here.done()):
+                        part = by_id[job_id]
+                        inline[job_id] = asyncio.create_task(
+                            self.run_inline(
+                                dispatch, part, self._place_of(self._queue_of(part.kind))
+                            ),
+                            name=f"part-{job_id}",
+                        )
+                running_here = {t for t in inline.values() if not t.done()}
+                elsewhere = any(i not in inline or inline[i].done() for i in waiting)
+                if running_here:
+                    await asyncio.wait(
+                        running_here,
+                        timeout=self.poll if elsewhere else None,
+                        return_when=asyncio.FIRST_COMPLETED,
+                    )
+                else:
+                    await asyncio.sleep(self.poll)
+        except BaseException:
+            for task in inline.values():
+                task.cancel()
+            await asyncio.gather(*inline.values(), return_exceptions=True)
+            raise
+        for job_id, task in inline.items():
+            if not task.cancelled() and task.exception() is not None:
+                # its row says how it ended, or the sweep will
+                error = redact(repr(task.exception()))
+                _log.error("a job's part failed to run", job=job_id, error=error)
+        if run is not None and lent:
+            await run.place.acquire()
+            run.holds_place = True
+        return await self._stored(lambda: self._store.many(list(by_id)))
+
+    # -- the watch: one loop for every run of this process -----------------------------------
+
+    async def watch(self) -> None:
+        """Every second, which runs' cancels were asked (one read); every ``heartbeat``
+        seconds, their heartbeats and progress stamped (one write, which also tells the runs
+        taken over). A run the database could not stamp for ``stalled_after - heartbeat``
+        seconds is handed back (the sweep may be about to give it to another worker)."""
+        tick = min(_CANCEL_TICK, self.heartbeat)
+        next_beat = time.monotonic() + self.heartbeat
+        failing = False
+        while True:
+            await asyncio.sleep(tick)
+            runs = [
+                run
+                for run in self._runs.values()
+                if run.task is not None and not run.task.done() and run.stopped is None
+            ]
+            if not runs:
+                continue
+            now = time.monotonic()
+            beat = failing or now >= next_beat
             try:
                 async with asyncio.timeout(self.heartbeat):
-                    row = await self._store.get(job_id)
-                    if row is None or row.owner != owner or row.state is not JobState.RUNNING:
-                        _log.warning("a running job was taken over: stopping it here", job=job_id)
-                        interrupted.add("lost")
-                        work.cancel()
-                        return
-                    asked = await self._store.heartbeat(
-                        owner, {job_id: dict(context.counts)}, datetime.now(UTC)
-                    )
-                last_beat = time.monotonic()
-                if job_id in asked:
-                    interrupted.add("cancel")
-                    work.cancel()
-                    return
-            except Exception as exc:  # a database hiccup: the next beat tries again…
-                _log.warning("job heartbeat failed", job=job_id, error=redact(repr(exc)))
-                if time.monotonic() - last_beat >= self.stalled_after - self.heartbeat:
-                    # …until the sweep may already be handing the job to another worker
-                    _log.warning(
-                        "no heartbeat stored for too long: stopping the job here", job=job_id
-                    )
-                    interrupted.add("lost")
-                    work.cancel()
-                    return
+                    if beat:
+                        held = await self._store.beat(
+                            {r.job.id: (r.owner, dict(r.context.counts)) for r in runs},
+                            datetime.now(UTC),
+                        )
+                        next_beat = now + self.heartbeat
+                        asked = {job_id for job_id, cancel in held.items() if cancel}
+                    else:
+                        held = {}
+                        asked = await self._store.cancels_asked([r.job.id for r in runs])
+            except Exception as exc:
+                if not failing:
+                    _log.warning("job heartbeat failed", jobs=len(runs), error=redact(repr(exc)))
+                failing = True
+                for run in runs:
+                    if now - run.stamped >= self.stalled_after - self.heartbeat:
+                        _log.warning(
+                            "no heartbeat stored for too long: handing the job back",
+                            job=run.job.id,
+                        )
+                        self._stop(run, "silent")
+                continue
+            if failing:
+                _log.warning("job heartbeats stored again", jobs=len(runs))
+            failing = False
+            for run in runs:
+                if beat and run.job.id not in held:
+                    _log.warning("a running job was taken over: stopping it here", job=run.job.id)
+                    self._stop(run, "lost")
+                elif run.job.id in asked:
+                    self._stop(run, "cancel")
+                elif beat:
+                    run.stamped = now
 
-    async def _settle(self, context: JobContext, owner: str, outcome: _Outcome | None) -> None:
+    @staticmethod
+    def _stop(run: _Run, why: str) -> None:
+        if run.task is not None and not run.task.done() and run.stopped is None:
+            run.stopped = why
+            run.task.cancel()
+
+    # -- storing a run's end ---------------------------------------------------------------
+
+    async def _settle(self, run: _Run, outcome: _Outcome | None, *, part: bool) -> None:
         """Store how the run ended (None: handed back to the queue), shielded from the
         cancellation that may have ended it."""
-        await asyncio.shield(self._store_end(context, owner, outcome))
+        await asyncio.shield(self._store_end(run, outcome, part=part))
 
-    async def _store_end(self, context: JobContext, owner: str, outcome: _Outcome | None) -> None:
-        job = context.job
+    async def _store_end(self, run: _Run, outcome: _Outcome | None, *, part: bool) -> None:
+        job, owner = run.job, run.owner
         try:
             if outcome is None:
-                await self._store.release(job.id, owner)
+                await self._stored(lambda: self._store.release(job.id, owner))
+                if part:  # its dispatch was dropped when it ran here: queue one again
+                    await self._redispatch(job)
                 return
             state, result, error = outcome
-            for attempt in range(_FINISH_TRIES):  # a hiccup must not make a done job run again
-                try:
-                    ended = await self._store.finish(
-                        job.id,
-                        owner,
-                        state,
-                        datetime.now(UTC),
-                        result=result,
-                        error=error,
-                        progress=dict(context.counts),
-                    )
-                    break
-                except Exception:
-                    if attempt == _FINISH_TRIES - 1:
-                        raise
-                    await asyncio.sleep(0.5 * (attempt + 1))
-            if ended:
-                await self._tell(job.id)
-        except Exception as exc:  # its heartbeat stops: the sweep runs it again
+            ended = await self._stored(
+                lambda: self._store.finish_run(
+                    job.id,
+                    owner,
+                    state,
+                    datetime.now(UTC),
+                    result=result,
+                    error=error,
+                    progress=dict(run.context.counts),
+                )
+            )
+            if ended is not None:
+                await self._tell(ended)
+        except Exception as exc:  # the sweep finds it silent and runs it again
             _log.error("could not store a job's end", job=job.id, error=redact(repr(exc)))
+
+    async def _stored(self, write: Callable[[], Awaitable[T]]) -> T:
+        """``write()``, tried again while the database is away (every half second, for up to
+        ``_STORE_WAIT`` seconds: it is stored as soon as the database is back), or a few
+        times on another error (a hiccup must not make a done job run again)."""
+        started, tries = time.monotonic(), 0
+        while True:
+            try:
+                return await write()
+            except Exception as exc:
+                tries += 1
+                lost = database_lost(exc) and time.monotonic() - started < _STORE_WAIT
+                if not lost and tries >= _FINISH_TRIES:
+                    raise
+                await asyncio.sleep(0.5 if lost else 0.5 * tries)
+
+    async def _tell_id(self, job_id: str) -> None:
+        job = await self._store.get(job_id)
+        if job is not None:
+            await self._tell(job)

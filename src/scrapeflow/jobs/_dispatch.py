@@ -10,26 +10,37 @@ away under it (:func:`database_lost`: such a run is run again, not failed).
 
 from __future__ import annotations
 
+import asyncio
+import time
+from collections.abc import Iterable
 from datetime import datetime
 from typing import Any
 
 from procrastinate import jobs
-from procrastinate.manager import JobManager
+from procrastinate.manager import JobManager, NotificationCallback
 from procrastinate.retry import BaseRetryStrategy, RetryDecision
 from procrastinate.schema import SchemaManager
 from psycopg.conninfo import make_conninfo
-from sqlalchemy import text
+from sqlalchemy import bindparam, text
 from sqlalchemy.engine import make_url
 from sqlalchemy.ext.asyncio import AsyncEngine
 
-from scrapeflow.db import connection_lost
+from scrapeflow._util.logs import get_logger
+from scrapeflow._util.redact import redact
+from scrapeflow.db import UTCDateTime, connection_lost
 from scrapeflow.errors import ConfigError
+from scrapeflow.jobs._model import Job
+from scrapeflow.jobs._store import _job, jobs_table
 
 __all__: list[str] = []
 
 RUN_TASK = "scrapeflow.run"
 SWEEP_TASK = "scrapeflow.sweep"
 LIVE = (jobs.Status.TODO.value, jobs.Status.DOING.value)
+
+_log = get_logger(__name__)
+_OUTAGE_PAUSE = 1.0
+"""Seconds between two tries of procrastinate's worker to reach a database that went away."""
 
 # pg_advisory_xact_lock key of the schema check: two processes starting together on a fresh
 # database would otherwise both apply procrastinate's schema, which is not idempotent.
@@ -125,3 +136,149 @@ async def undispatched(
             query, {"before": queued_before, "prefix": f"{RUN_TASK}:", "limit": limit}
         )
         return [row[0] for row in rows]
+
+
+_CLAIM = (
+    text(
+        """
+        WITH claimed AS (
+            UPDATE scrapeflow_jobs
+            SET state = 'running', owner = :owner, started_at = :now, heartbeat_at = :now,
+                attempts = attempts + 1
+            WHERE id = :id AND (
+                state = 'queued'
+                OR (state = 'running' AND attempts < :max_attempts AND (
+                    heartbeat_at < :dead_before
+                    OR (owner LIKE :earlier AND owner NOT LIKE :this_run
+                        AND owner NOT LIKE :this_run_parts AND heartbeat_at < :missed_before))))
+            RETURNING *
+        ), dropped AS (
+            DELETE FROM procrastinate_jobs
+            WHERE queueing_lock = :lock AND status = 'todo' AND EXISTS (SELECT 1 FROM claimed)
+        )
+        SELECT * FROM claimed
+        """
+    )
+    .bindparams(
+        bindparam("now", type_=UTCDateTime()), bindparam("dead_before", type_=UTCDateTime())
+    )
+    .columns(*jobs_table.c)
+)
+
+
+def run_tag(dispatch_id: int | None, attempt: int) -> str:
+    """What names a delivery in the owners of the rows it runs: its dispatch and attempt."""
+    return f"{dispatch_id}.{attempt}"
+
+
+def run_owner(name: str, tag: str, token: str, *, part: bool = False) -> str:
+    """The owner of a row run by delivery ``tag`` of process ``name`` (``part``: a follow-up
+    the delivery runs inline): the tag stays whole, the process name is cut if need be."""
+    return f"{name}:{tag}:{'p' if part else ''}{token}"[-64:]
+
+
+def earlier_run(owner: str | None, dispatch_id: int | None, attempt: int) -> bool:
+    """Whether ``owner`` is a run of an earlier delivery of dispatch ``dispatch_id``:
+    procrastinate delivers a dispatch again only once it found its worker stalled (or the run
+    handed it back), so such a run is dead once it has also missed its own beats."""
+    if not owner or dispatch_id is None:
+        return False
+    return f":{dispatch_id}." in owner and f":{run_tag(dispatch_id, attempt)}:" not in owner
+
+
+async def claim_run(
+    engine: AsyncEngine,
+    job_id: str,
+    owner: str,
+    now: datetime,
+    *,
+    dead_before: datetime,
+    missed_before: datetime,
+    max_attempts: int,
+    dispatch_id: int | None,
+    attempt: int,
+    inline: bool,
+) -> Job | None:
+    """Claim job ``job_id`` for ``owner`` in one statement: queued, or running under a run
+    known dead — silent since ``dead_before``, or an earlier delivery of dispatch
+    ``dispatch_id`` (whose worker procrastinate found stalled) silent since ``missed_before``
+    (a live worker that procrastinate wrongly took for dead, its event loop held up, keeps
+    its job) — while it has had fewer than ``max_attempts`` runs. ``inline``: the job
+    runs inside another job's delivery, so its own waiting dispatch is dropped in the same
+    statement (no worker fetches it to find it taken). The job as claimed, or None."""
+    tag = run_tag(dispatch_id, attempt)
+    params = {
+        "id": job_id,
+        "owner": owner,
+        "now": now,
+        "dead_before": dead_before,
+        "missed_before": missed_before,
+        "max_attempts": max_attempts,
+        "earlier": f"%:{dispatch_id}.%" if dispatch_id is not None else "",
+        "this_run": f"%:{tag}:%",
+        "this_run_parts": f"%:{tag}:p%",
+        "lock": dispatch_lock(job_id) if inline else None,
+    }
+    async with engine.begin() as connection:
+        row = (await connection.execute(_CLAIM, params)).first()
+    return None if row is None else _job(row._mapping)
+
+
+class OutageRidingJobManager(JobManager):
+    """procrastinate's job manager, riding a database outage out: its worker stops at the
+    first error of fetching a job, of its heartbeat or of its listener, and with it every job
+    it runs (after the grace period); here those wait for the database to come back instead,
+    trying every second, so the jobs a worker runs go on and store their ends once it has."""
+
+    def __init__(self, connector: Any) -> None:
+        super().__init__(connector)
+        self._lost_since: float | None = None
+
+    def _lost(self, what: str, exc: BaseException) -> None:
+        if self._lost_since is None:
+            self._lost_since = time.monotonic()
+            _log.warning(
+                "the job queue lost its database: waiting for it",
+                step=what,
+                error=redact(repr(exc)),
+            )
+
+    def _back(self) -> None:
+        if self._lost_since is not None:
+            away = time.monotonic() - self._lost_since
+            self._lost_since = None
+            _log.warning("the job queue has its database again", seconds=round(away, 1))
+
+    async def fetch_job(self, queues: Iterable[str] | None, worker_id: int) -> jobs.Job | None:
+        try:
+            job = await super().fetch_job(queues, worker_id)
+        except Exception as exc:
+            if not connection_lost(exc):
+                raise
+            self._lost("fetch", exc)
+            await asyncio.sleep(_OUTAGE_PAUSE)
+            return None  # the worker waits for a NOTIFY or its poll, then fetches again
+        self._back()
+        return job
+
+    async def update_heartbeat(self, worker_id: int) -> None:
+        try:
+            await super().update_heartbeat(worker_id)
+        except Exception as exc:
+            if not connection_lost(exc):
+                raise
+            self._lost("heartbeat", exc)
+            return
+        self._back()
+
+    async def listen_for_jobs(
+        self, *, on_notification: NotificationCallback, queues: Iterable[str] | None = None
+    ) -> None:
+        while True:
+            try:
+                await super().listen_for_jobs(on_notification=on_notification, queues=queues)
+            except Exception as exc:
+                if not connection_lost(exc):
+                    raise
+                self._lost("listen", exc)
+                await asyncio.sleep(_OUTAGE_PAUSE)

@@ -7,10 +7,17 @@ with the same conditional writes; procrastinate carries the *dispatch*: a ``scra
 task per job that wakes a worker through NOTIFY, its workers' liveness, and the abort of a
 running job on whichever machine runs it.
 
-* A delivery claims the row (queued → running, owner = this delivery), stamps its heartbeat and
-  progress every ``heartbeat`` seconds, and ends it ``succeeded``, ``failed`` or ``cancelled``.
-  A duplicate delivery finds the row taken and does nothing; a delivery whose row was taken
-  over stops at its next heartbeat. Every queue delivers at least once: effects are idempotent.
+* A delivery claims the row in one statement (queued → running, owner = this delivery; a row
+  an earlier delivery of the same dispatch left, dead, is taken over in it), and ends it
+  ``succeeded``, ``failed`` or ``cancelled`` in one more. Between the two it costs nothing of
+  its own: one loop per process stamps every job it runs, heartbeat and progress, in one
+  statement every ``heartbeat`` seconds, and reads their cancel flags in one every second. A
+  duplicate delivery finds the row taken and does nothing; a delivery whose row was taken
+  over stops at the next beat. Every queue delivers at least once: effects are idempotent.
+* A lane runs at most its concurrency of jobs at once in a process, parts included: a job
+  waiting for its parts holds no place, each part it runs itself takes one.
+* procrastinate's worker rides a database outage out (:class:`OutageRidingJobManager`): its
+  jobs go on, and those the outage cut are handed back the moment the database answers.
 * Stopping a worker lets running jobs finish within ``grace`` seconds; the rest go back to the
   queue (the row to ``queued``, the dispatch to ``todo``) and another worker runs them.
 * A sweep every ``sweep_every`` seconds, in every process that opens the queue (workers and
@@ -33,6 +40,7 @@ import contextlib
 import os
 import random
 import socket
+import time
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from datetime import UTC, datetime, timedelta
 from functools import partial
@@ -51,6 +59,7 @@ from scrapeflow.jobs._delivery import DeliveryRunner
 from scrapeflow.jobs._dispatch import (
     RUN_TASK,
     SWEEP_TASK,
+    OutageRidingJobManager,
     RetryReleased,
     dispatch_lock,
     ensure_schema,
@@ -139,6 +148,12 @@ class ProcrastinateJobQueue(StoredJobs):
                 max_size=concurrency + sum(lane.concurrency for lane in self.lanes) + 3,
             )
         )
+        # Its worker rides a database outage out instead of stopping, and its jobs with it.
+        self.app.job_manager = OutageRidingJobManager(self.app.connector)
+        self._places = {queue: asyncio.Semaphore(concurrency)} | {
+            self._queues[lane.name]: asyncio.Semaphore(lane.concurrency) for lane in self.lanes
+        }
+        """Each lane's places in this process: what it runs at once, parts included."""
         self._runner = DeliveryRunner(
             self.store,
             self.kinds,
@@ -146,8 +161,12 @@ class ProcrastinateJobQueue(StoredJobs):
             heartbeat=self.heartbeat,
             stalled_after=self.stalled_after,
             max_attempts=max_attempts,
-            tell=self._tell,
+            poll=poll,
+            tell=self._tell_job,
             followers=lambda dispatch: Followers(self._follow, partial(self._join, dispatch)),
+            place_of=self._places.__getitem__,
+            queue_of=self._queue_of,
+            redispatch=lambda job: self._dispatch(job.id, job.kind),
         )
         self._run = self.app.task(
             name=RUN_TASK, queue=queue, pass_context=True, retry=RetryReleased()
@@ -160,6 +179,7 @@ class ProcrastinateJobQueue(StoredJobs):
         self._created: set[str] = set()
         self._worker: asyncio.Task[None] | None = None
         self._sweeper: asyncio.Task[None] | None = None
+        self._watch: asyncio.Task[None] | None = None
 
     # -- lifecycle -------------------------------------------------------------------------
 
@@ -174,6 +194,7 @@ class ProcrastinateJobQueue(StoredJobs):
             raise
         if self.run_jobs:
             self._worker = asyncio.create_task(self._run_workers(), name="procrastinate-workers")
+            self._watch = asyncio.create_task(self._runner.watch(), name="job watch")
         self._sweeper = asyncio.create_task(self._sweep_forever(), name="stalled-job sweep")
         return self
 
@@ -210,6 +231,24 @@ class ProcrastinateJobQueue(StoredJobs):
             worker.result()
 
     async def _one_worker(self, queue: str, concurrency: int, name: str) -> None:
+        """procrastinate's worker of ``queue``, started again when it stops by itself (its
+        row in ``procrastinate_workers`` pruned by a worker that took this process, held up a
+        moment, for dead: it can fetch no job under that id), 1, 2, 4… (at most 30) s apart."""
+        pause = 1.0
+        while True:
+            started = time.monotonic()
+            try:
+                await self._worker_once(queue, concurrency, name)
+            except Exception as exc:
+                _log.warning(
+                    "a job worker stopped: starting it again", queue=queue, error=redact(repr(exc))
+                )
+            else:
+                return
+            pause = 1.0 if time.monotonic() - started > 60 else min(2 * pause, 30.0)
+            await asyncio.sleep(pause)
+
+    async def _worker_once(self, queue: str, concurrency: int, name: str) -> None:
         await self.app.run_worker_async(
             queues=[queue],
             name=name,
@@ -246,17 +285,21 @@ class ProcrastinateJobQueue(StoredJobs):
             with contextlib.suppress(asyncio.CancelledError):
                 await sweeper
         worker, self._worker = self._worker, None
-        if worker is None:
-            return
-        worker.cancel()
-        try:
-            # procrastinate bounds its own shutdown; this bounds it whatever happens
-            async with asyncio.timeout(self.grace + 15):
-                await worker
-        except asyncio.CancelledError:
-            pass
-        except Exception as exc:
-            _log.error("job worker stopped badly", error=redact(repr(exc)))
+        if worker is not None:
+            worker.cancel()
+            try:
+                # procrastinate bounds its own shutdown; this bounds it whatever happens
+                async with asyncio.timeout(self.grace + 15):
+                    await worker
+            except asyncio.CancelledError:
+                pass
+            except Exception as exc:
+                _log.error("job worker stopped badly", error=redact(repr(exc)))
+        watch, self._watch = self._watch, None  # after the runs: they beat until they end
+        if watch is not None:
+            watch.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await watch
 
     # -- the JobQueue interface ------------------------------------------------------------
 
@@ -283,7 +326,7 @@ class ProcrastinateJobQueue(StoredJobs):
             self._created.add(job.id)
             # Told before it is dispatched: a worker may start it the moment it is, and its
             # job.running must come after this job.queued.
-            await self._tell(job.id)
+            await self._tell_job(job)
             await self._dispatch(job.id, job.kind)
         return stored
 
@@ -371,19 +414,14 @@ class ProcrastinateJobQueue(StoredJobs):
 
     async def _join(self, dispatch: DispatchContext, parent: Job, jobs: Sequence[Job]) -> list[Job]:
         """:meth:`JobContext.join` in the delivery ``dispatch``: the parts still queued run
-        here, inside it; those other workers took are waited for."""
+        here, inside it, as places of their lane free (the parent holds none while it waits);
+        those other workers took are waited for. Cancelled by the user, the parent cancels
+        them."""
         try:
-            ran = await asyncio.gather(
-                *(self._runner.run_inline(dispatch, job.id) for job in jobs),
-                return_exceptions=True,
-            )
+            return await self._runner.join(dispatch, parent, jobs)
         except asyncio.CancelledError:
             await asyncio.shield(self._cancel_parts(parent, jobs))
             raise
-        for job, outcome in zip(jobs, ran, strict=True):
-            if isinstance(outcome, Exception):  # its row says how it ended, or the sweep will
-                _log.error("a job's part failed to run", job=job.id, error=redact(repr(outcome)))
-        return await self._wait_parts(parent, jobs)
 
     # -- dispatch and delivery -------------------------------------------------------------
 

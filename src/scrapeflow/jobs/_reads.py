@@ -91,11 +91,13 @@ class StoredJobs:
             row = await self.store.get(parent.id)
             if row is None or not row.cancel_requested:
                 return
-            for job in jobs:
-                with contextlib.suppress(JobNotFound):
-                    await self.cancel(job.id)
+            await asyncio.gather(*(self._cancel_quietly(job.id) for job in jobs))
         except Exception as exc:  # they run to their end: cancel them by their ids
             _log.warning("could not cancel a job's parts", job=parent.id, error=redact(repr(exc)))
+
+    async def _cancel_quietly(self, job_id: str) -> None:
+        with contextlib.suppress(JobNotFound):
+            await self.cancel(job_id)
 
     async def wait(self, job_id: str) -> Job:
         raise NotImplementedError
@@ -121,6 +123,15 @@ class StoredJobs:
                 await self.on_change(job)
         except Exception as exc:  # a broken listener must not break the queue
             _log.warning("job listener failed", job=job_id, error=redact(repr(exc)))
+
+    async def _tell_job(self, job: Job) -> None:
+        """Tell ``on_change`` the job as just stored (by the write that returned it: no read)."""
+        if self.on_change is None:
+            return
+        try:
+            await self.on_change(job)
+        except Exception as exc:  # a broken listener must not break the queue
+            _log.warning("job listener failed", job=job.id, error=redact(repr(exc)))
 
     def _live_counts(self, job_id: str) -> dict[str, int] | None:
         """The progress of a job this process runs, fresher than its last heartbeat."""

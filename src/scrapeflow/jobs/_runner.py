@@ -10,7 +10,9 @@ no new job, lets running ones finish within a grace period, then puts them back 
 **Lanes.** Jobs of some kinds may run in a lane of their own (:class:`Lane`: its kinds, its
 concurrency): the queue claims for each lane separately, so the jobs of one lane never wait
 behind another's (a customer's refresh never waits for fetches). The kinds no lane names share
-the queue's ``concurrency``.
+the queue's ``concurrency``. A lane's concurrency bounds everything it runs, parts included: a
+job waiting for its parts (:meth:`JobContext.join`) holds no place while it waits, and each part
+takes one like any job.
 
 Cancelling a queued job ends it at once; a running one is stopped within ``poll`` seconds by
 the process that runs it (at once when that is this process), and what it had stored stays.
@@ -176,9 +178,11 @@ class JobContext:
     async def join(self, jobs: Sequence[Job]) -> list[Job]:
         """Wait for follow-ups this job queued to end; the jobs as they ended, in order.
 
-        Those still queued run here, in this job's process, beside the others running where
-        other workers took them: a queue whose every slot holds a job waiting for its parts
-        still gets them done. Cancelled by the user, this job cancels them too; stopped with
+        This job gives its place in its lane back while it waits, and those still queued run
+        here, in this job's process, each taking a place as one frees, beside the others
+        running where other workers took them: a queue whose every place was taken by jobs
+        waiting for their parts still gets them done, and the lane's concurrency bounds all it
+        runs, parts included. Cancelled by the user, this job cancels them too; stopped with
         its worker, it leaves them to the queue (and finds them again when it runs again)."""
         return await self._queue().join(self.job, list(jobs))
 
@@ -252,6 +256,8 @@ class EmbeddedJobQueue(StoredJobs):
         """With ``only_submitted``: the ids :meth:`submit` returned, the only ones run here."""
         self._running: dict[str, tuple[asyncio.Task[None], JobContext]] = {}
         self._cancelling: set[str] = set()
+        self._joining: set[str] = set()
+        """Jobs waiting for their parts (:meth:`_join`): they hold no place of their lane."""
         self._finished: dict[str, asyncio.Event] = {}
         self._wake = asyncio.Event()
         self._loop: asyncio.Task[None] | None = None
@@ -380,13 +386,15 @@ class EmbeddedJobQueue(StoredJobs):
                     await event.wait()
 
     async def _join(self, parent: Job, jobs: Sequence[Job]) -> list[Job]:
-        """:meth:`JobContext.join` here: the queued ones start now, in this process."""
-        claimed = await self.store.claim(
-            self.owner, self._clock(), len(jobs), only=[job.id for job in jobs]
-        )
-        for job in claimed:
-            self._start(job)
-        return await self._wait_parts(parent, jobs)
+        """:meth:`JobContext.join` here: the parent takes no place of its lane while it waits,
+        so its queued parts start in this process as places free (each taking one), like any
+        job of their lane."""
+        self._joining.add(parent.id)
+        self._wake.set()
+        try:
+            return await self._wait_parts(parent, jobs)
+        finally:
+            self._joining.discard(parent.id)
 
     # -- running jobs ----------------------------------------------------------------------
 
@@ -415,7 +423,12 @@ class EmbeddedJobQueue(StoredJobs):
     async def _claim_lanes(self) -> None:
         """Claim what each lane has room for, the lanes' kinds apart from the rest's."""
         laned = frozenset().union(*(lane.kinds for lane in self.lanes))
-        running = [ctx.job.kind for _, ctx in self._running.values()]
+        # A job waiting for its parts holds no place: they take them.
+        running = [
+            ctx.job.kind
+            for job_id, (_, ctx) in self._running.items()
+            if job_id not in self._joining
+        ]
         for lane in self.lanes:
             free = lane.concurrency - sum(1 for kind in running if lane.holds(kind))
             if free > 0:

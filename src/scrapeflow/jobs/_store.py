@@ -18,7 +18,7 @@ columns are nullable); its older jobs get the customer their params name, and no
 from __future__ import annotations
 
 import json
-from collections.abc import Collection, Sequence
+from collections.abc import Collection, Mapping, Sequence
 from datetime import datetime
 from typing import Any, Protocol
 
@@ -33,6 +33,7 @@ from sqlalchemy import (
     Table,
     Text,
     and_,
+    bindparam,
     false,
     func,
     insert,
@@ -42,6 +43,7 @@ from sqlalchemy import (
     true,
     update,
 )
+from sqlalchemy.dialects.postgresql import ARRAY
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.ext.asyncio import AsyncEngine
 from sqlalchemy.schema import CreateIndex
@@ -108,6 +110,16 @@ _FILL_BATCH = 500
 _INDEX_LOCK = 0x5C4A9E_0003
 """The PostgreSQL advisory lock processes starting together take turns on to add them."""
 _SUMMARY = [c for c in jobs_table.c if c.name not in ("params", "result")]
+_BEAT = text(
+    """
+    UPDATE scrapeflow_jobs AS j
+    SET heartbeat_at = :now, progress = CAST(v.progress AS JSON)
+    FROM unnest(:ids, :owners, :progress) AS v(id, owner, progress)
+    WHERE j.id = v.id AND j.owner = v.owner AND j.state = 'running'
+    RETURNING j.id, j.cancel_requested
+    """
+)
+"""Every running job of a worker stamped in one statement (PostgreSQL)."""
 
 
 class JobStore(Protocol):
@@ -539,6 +551,135 @@ class SqlJobStore:
                 )
                 .values(state=JobState.QUEUED.value, owner=None, heartbeat_at=None)
             )
+
+    # -- what a worker of several jobs writes in one statement (the procrastinate backend) --
+
+    async def beat(
+        self, runs: Mapping[str, tuple[str, dict[str, int]]], now: datetime
+    ) -> dict[str, bool]:
+        """Stamp the heartbeat and progress of running jobs, each under its run's owner
+        (``{job id: (owner, progress)}``), in one statement on PostgreSQL: the ids still held,
+        each with whether its cancel was asked (an id left out was taken over, or ended)."""
+        if not runs:
+            return {}
+        if self.engine.dialect.name != "postgresql":
+            return await self._beat_each(runs, now)
+        ids = list(runs)
+        query = _BEAT.bindparams(
+            bindparam("now", type_=UTCDateTime()),
+            bindparam("ids", type_=ARRAY(String)),
+            bindparam("owners", type_=ARRAY(String)),
+            bindparam("progress", type_=ARRAY(Text)),
+        )
+        async with self.engine.begin() as connection:
+            rows = await connection.execute(
+                query,
+                {
+                    "now": now,
+                    "ids": ids,
+                    "owners": [runs[job_id][0] for job_id in ids],
+                    "progress": [json.dumps(runs[job_id][1]) for job_id in ids],
+                },
+            )
+            return {row.id: bool(row.cancel_requested) for row in rows}
+
+    async def _beat_each(
+        self, runs: Mapping[str, tuple[str, dict[str, int]]], now: datetime
+    ) -> dict[str, bool]:
+        c = jobs_table.c
+        held: dict[str, bool] = {}
+        async with self.engine.begin() as connection:
+            for job_id, (owner, counts) in runs.items():
+                row = (
+                    await connection.execute(
+                        update(jobs_table)
+                        .where(c.id == job_id, c.owner == owner, c.state == JobState.RUNNING.value)
+                        .values(heartbeat_at=now, progress=counts)
+                        .returning(c.id, c.cancel_requested)
+                    )
+                ).first()
+                if row is not None:
+                    held[row.id] = bool(row.cancel_requested)
+        return held
+
+    async def cancels_asked(self, job_ids: Collection[str]) -> set[str]:
+        """Which of these running jobs a user asked to cancel: one indexed read."""
+        if not job_ids:
+            return set()
+        c = jobs_table.c
+        query = select(c.id).where(
+            c.id.in_(list(job_ids)),
+            c.cancel_requested.is_(True),
+            c.state == JobState.RUNNING.value,
+        )
+        async with self.engine.connect() as connection:
+            return set((await connection.execute(query)).scalars())
+
+    async def states(
+        self, job_ids: Collection[str]
+    ) -> dict[str, tuple[JobState, str | None, datetime | None]]:
+        """The state, owner and heartbeat of each of these jobs (unknown ids left out): one
+        read."""
+        c = jobs_table.c
+        found: dict[str, tuple[JobState, str | None, datetime | None]] = {}
+        ids = list(job_ids)
+        async with self.engine.connect() as connection:
+            for start in range(0, len(ids), 500):  # bounded IN lists on every dialect
+                rows = await connection.execute(
+                    select(c.id, c.state, c.owner, c.heartbeat_at).where(
+                        c.id.in_(ids[start : start + 500])
+                    )
+                )
+                found.update(
+                    {row.id: (JobState(row.state), row.owner, row.heartbeat_at) for row in rows}
+                )
+        return found
+
+    async def many(self, job_ids: Sequence[str]) -> list[Job]:
+        """These jobs, in the order given (unknown ids left out): one read."""
+        if not job_ids:
+            return []
+        async with self.engine.connect() as connection:
+            rows = await connection.execute(
+                select(jobs_table).where(jobs_table.c.id.in_(list(job_ids)))
+            )
+            found = {row.id: _job(row._mapping) for row in rows}
+        return [found[job_id] for job_id in job_ids if job_id in found]
+
+    async def finish_run(
+        self,
+        job_id: str,
+        owner: str,
+        state: JobState,
+        now: datetime,
+        *,
+        result: dict[str, Any] | None = None,
+        error: str | None = None,
+        progress: dict[str, int] | None = None,
+    ) -> Job | None:
+        """:meth:`finish` that returns the job as ended (None when ``owner`` no longer held
+        it): one statement, and what a listener is told needs no second read."""
+        c = jobs_table.c
+        values: dict[str, Any] = {
+            "state": state.value,
+            "finished_at": now,
+            "result": result,
+            "error": error,
+            "active_key": None,
+            "owner": None,
+        }
+        if progress is not None:
+            values["progress"] = progress
+        async with self.engine.begin() as connection:
+            row = (
+                await connection.execute(
+                    update(jobs_table)
+                    .where(c.id == job_id, c.owner == owner, c.state == JobState.RUNNING.value)
+                    .values(**values)
+                    .returning(*jobs_table.c)
+                )
+            ).first()
+        return None if row is None else _job(row._mapping)
 
     async def cancel(self, job_id: str, now: datetime) -> Job | None:
         async with self.engine.begin() as connection:
