@@ -97,10 +97,20 @@ def serve(
 
     # uvicorn handles SIGTERM and Ctrl-C itself: it stops taking requests, then the lifespan
     # stops the job queue (a grace period, then running jobs go back to the queue).
-    with contextlib.suppress(KeyboardInterrupt):
-        asyncio.run(run())
+    with contextlib.suppress(KeyboardInterrupt), _loop_runner() as runner:
+        runner.run(run())
     if not server.started:
         fail("the service did not start (see the log above)")
+
+
+def _loop_runner() -> asyncio.Runner:
+    """The service's event loop: uvloop's where it is installed (a dependency on Linux and
+    macOS: about a fifth less CPU a request than asyncio's own loop), else asyncio's."""
+    try:
+        import uvloop
+    except ImportError:  # pragma: no cover - Windows, or an install without it
+        return asyncio.Runner()
+    return asyncio.Runner(loop_factory=uvloop.new_event_loop)
 
 
 def _on_database(config: Settings, work: Callable[[AsyncEngine], Awaitable[T]]) -> T:
