@@ -11,15 +11,18 @@ import json
 import re
 from collections import Counter
 from collections.abc import Awaitable, Callable, Iterator
+from dataclasses import dataclass
 from datetime import UTC, date, datetime
 from typing import TYPE_CHECKING, Annotated, Literal
 
 from fastapi import APIRouter, Depends, Path, Query
 from fastapi.responses import JSONResponse
 from pydantic import BeforeValidator, Field
+from sqlalchemy import bindparam, select
 
 from scrapeflow.banking import BANK_OTP, BANK_REFRESH, movement_position, otp_key, refresh_key
-from scrapeflow.jobs import Job, JobState
+from scrapeflow.db import QuickQuery
+from scrapeflow.jobs import Job, JobState, jobs_table
 from scrapeflow.server._deps import State, caller_with, check_customer
 from scrapeflow.server._keys import ApiKey, Scope
 from scrapeflow.server._problems import Problem
@@ -38,6 +41,7 @@ from scrapeflow.server._schemas import (
     MovementPage,
     OneTimeCode,
 )
+from scrapeflow.server._state import ServiceState
 
 if TYPE_CHECKING:
     from scrapeflow.banking import AccessView, CustomerView
@@ -412,8 +416,11 @@ async def status(customer: CustomerId, state: State, key: CustomerViewer) -> Cus
     # accesses and the watchdog frees both at once, so they are never seen half-updated.
     with customer_read(customer):
         found, accesses = await customer_status(state.reads, customer)
-    last = await state.queue.latest(refresh_key(customer), _EPOCH)
-    job = last if last is not None and last.state in _ACTIVE else None
+    last = await _last_refresh(state, customer)
+    job = None
+    if last is not None and last.state in _ACTIVE:  # the whole job, only while it is under way
+        job = await state.queue.latest(refresh_key(customer), _EPOCH)
+        job = job if job is not None and job.state in _ACTIVE else None
     busy = job is not None or any(a.state is ScrapeState.IN_PROGRESS for a in accesses)
     codes = [a.result for a in accesses if a.result is not None and a.enabled]
     # A refresh that failed after the accesses last ended (before it read anything: no URL for
@@ -437,6 +444,36 @@ async def status(customer: CustomerId, state: State, key: CustomerViewer) -> Cus
 
 _ACTIVE = frozenset({JobState.QUEUED, JobState.RUNNING})
 _EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
+
+
+@dataclass(frozen=True, slots=True)
+class _LastRefresh:
+    state: JobState
+    finished_at: datetime | None
+    error: str | None
+
+
+_LAST_REFRESH = QuickQuery(
+    select(jobs_table.c.state, jobs_table.c.finished_at, jobs_table.c.error)
+    .where(
+        jobs_table.c.dedupe_key == bindparam("key"),
+        jobs_table.c.created_at >= bindparam("since"),
+    )
+    .order_by(jobs_table.c.created_at.desc())
+    .limit(1)
+)
+"""The customer's last refresh job, as much as a status needs of it when it has ended."""
+
+
+async def _last_refresh(state: ServiceState, customer: str) -> _LastRefresh | None:
+    if state.quick is None:
+        job = await state.queue.latest(refresh_key(customer), _EPOCH)
+        return None if job is None else _LastRefresh(job.state, job.finished_at, job.error)
+    found = await state.quick.rows(_LAST_REFRESH, {"key": refresh_key(customer), "since": _EPOCH})
+    if not found:
+        return None
+    job_state, finished_at, error = found[0]
+    return _LastRefresh(JobState(job_state), finished_at, error)
 
 
 def _access_out(a: AccessView) -> AccessOut:
