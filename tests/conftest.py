@@ -27,3 +27,6 @@ def clean_environ(monkeypatch: pytest.MonkeyPatch) -> None:
             or name.startswith(("SCRAPEFLOW_", *_GOFETCH_PREFIXES))
         ):
             monkeypatch.delenv(name)
+    # One process serves (the default is one per core): tests of limits kept in memory count
+    # one process's. tests/server/test_processes.py runs several, and the default.
+    monkeypatch.setenv("SCRAPEFLOW_API_PROCESSES", "1")

@@ -151,6 +151,10 @@ class Settings(BaseSettings):
     """Address the service listens on (loopback unless you put it behind a proxy)."""
     api_port: Annotated[int, Field(ge=0, le=65_535)] = 8000
     """Port the service listens on; 0 picks a free one (printed at start)."""
+    api_processes: Annotated[int, Field(ge=0, le=256)] = 0
+    """Processes serving the API (``serve --processes``), each with its own job queue, over
+    the same database; 0: one per core. Limits kept in memory (streams per key, failed keys
+    per address) and ``/metrics``' request counts are each process's."""
     api_max_body: Annotated[int, Field(ge=1_024, le=1_073_741_824)] = 1_048_576
     """Bytes a request body may hold; a bigger one is refused (413), and never buffered."""
     jobs_backend: Literal["embedded", "procrastinate"] = "embedded"

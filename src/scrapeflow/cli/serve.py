@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import os
+import socket
 from collections.abc import Awaitable, Callable
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Annotated, Any, TypeVar
@@ -13,6 +15,7 @@ import typer
 from scrapeflow.cli._common import HELP_OPTION, fail, input_errors, out, run_async, settings
 
 if TYPE_CHECKING:
+    from fastapi import FastAPI
     from sqlalchemy.ext.asyncio import AsyncEngine
 
     from scrapeflow.config import Settings
@@ -39,6 +42,14 @@ def serve(
         int | None,
         typer.Option(help="Port; 0 picks a free one (SCRAPEFLOW_API_PORT).", show_default="8000"),
     ] = None,
+    processes: Annotated[
+        int | None,
+        typer.Option(
+            help="Processes serving the API over the same database and job queue "
+            "(SCRAPEFLOW_API_PROCESSES); 0: one per core.",
+            show_default="0",
+        ),
+    ] = None,
 ) -> None:
     """Serve the API until SIGTERM or Ctrl-C; print its URL once it listens.
 
@@ -46,14 +57,14 @@ def serve(
     the next start.
     """
     config = settings(
-        ctx, api_host=host, api_port=port, flag_names={"api_host": "--host", "api_port": "--port"}
+        ctx,
+        api_host=host,
+        api_port=port,
+        api_processes=processes,
+        flag_names={"api_host": "--host", "api_port": "--port", "api_processes": "--processes"},
     )
-    import socket
-
-    import uvicorn
-
     from scrapeflow.server import create_app, tcp_listener
-    from scrapeflow.server._connections import uvicorn_config
+    from scrapeflow.server._processes import supervise
 
     with input_errors():
         app = create_app(config)
@@ -62,6 +73,29 @@ def serve(
     except OSError as exc:
         fail(f"cannot listen on {config.api_host}:{config.api_port}: {exc.strerror or exc}")
     bound_host, bound_port = listener.getsockname()[:2]
+
+    def announce() -> None:
+        print(f"serving on http://{bound_host}:{bound_port}", flush=True)
+
+    count = config.api_processes or os.cpu_count() or 1
+    if count == 1:
+        if not _serve_one(app, config, listener, announce):
+            fail("the service did not start (see the log above)")
+        return
+    # Forked before any event loop or thread exists: each process starts its own.
+    if supervise(lambda serving: _serve_one(app, config, listener, serving), count, announce):
+        fail("the service did not start (see the log above)")
+
+
+def _serve_one(
+    app: FastAPI, config: Settings, listener: socket.socket, serving: Callable[[], None]
+) -> bool:
+    """Serve ``app`` on ``listener`` in this process until SIGTERM or Ctrl-C; ``serving`` is
+    called once it serves. Whether it served."""
+    import uvicorn
+
+    from scrapeflow.server._connections import uvicorn_config
+
     server = uvicorn.Server(
         uvicorn_config(
             app, config, log_level="warning", lifespan="on", timeout_graceful_shutdown=10
@@ -90,7 +124,7 @@ def serve(
         async def announce(sockets: list[socket.socket] | None = None) -> None:
             await startup(sockets=sockets)
             if server.started:
-                print(f"serving on http://{bound_host}:{bound_port}", flush=True)
+                serving()
 
         server.startup = announce  # type: ignore[method-assign]
         await server.serve(sockets=[listener])
@@ -99,8 +133,7 @@ def serve(
     # stops the job queue (a grace period, then running jobs go back to the queue).
     with contextlib.suppress(KeyboardInterrupt), _loop_runner() as runner:
         runner.run(run())
-    if not server.started:
-        fail("the service did not start (see the log above)")
+    return bool(server.started)
 
 
 def _loop_runner() -> asyncio.Runner:
