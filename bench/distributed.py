@@ -23,11 +23,12 @@ Method:
   of capacity, two hold twice the jobs in flight. Two workloads:
 
   - **the bank batch**: one ``bank.refresh`` job per customer, 200 customers with an access at
-    each of the 3 banks (600 accesses), C = 20 (60 accesses in flight per process: a worker
-    holds some 25-50 PostgreSQL connections, more when the database is slow, and two at 30
-    jobs each met this server's ``max_connections`` of 100); the sandbox (``scrapeflow sandbox
-    --seed 7``, hostility ``realistic``, the banks' default latency of 80-250 ms) in a process
-    of its own, reached through 8 tinyproxy exit IPs (127.0.0.2-9) given as
+    each of the 3 banks (600 accesses), 60 accesses in flight per process: the refresh lane
+    (``SCRAPEFLOW_REFRESH_CONCURRENCY``) is 20 on the embedded backend, where a refresh scrapes
+    its 3 accesses inside its one place, and 60 on workers, where every access is a job that
+    takes a place of its own (a refresh holds none while it waits for them); the sandbox
+    (``scrapeflow sandbox --seed 7``, hostility ``realistic``, the banks' default latency of
+    80-250 ms) in a process of its own, reached through 8 tinyproxy exit IPs (127.0.0.2-9) given as
     ``SCRAPEFLOW_PROXIES``, as in ``bench/banking.py``, with 200 accesses at once per bank and
     600 in all per process. Each run has new customers, so each reads its full 14 days;
   - **the fetch**: 20,000 URLs of the sandbox plain site (``bench/_loopback.py``'s server
@@ -52,8 +53,15 @@ Method:
   on two idle workers (C = 1); once its stored progress passes a quarter (progress is stored
   with each heartbeat), the worker holding it is SIGKILLed. Measured: the time until the other
   worker holds it, and until its row is ``succeeded`` (the fetch skips what its log has). The
-  settings that bound it: ``job_heartbeat`` 5 s, a job stalled after 3 heartbeats, the sweep
-  every 5 s, the dispatch poll 1 s. Goal < 60 s; Crawlee's lease is 300 s.
+  settings that bound it, the defaults (read from the code and printed): ``job_heartbeat``
+  5 s, a job stalled after 3 heartbeats, the sweep every 5 s, the dispatch poll 1 s. Goal
+  < 45 s; Crawlee's lease is 300 s.
+* **PostgreSQL down 10 s**: the bank batch (200 customers, 1 worker, the lane of 60) on a
+  PostgreSQL server of the bench's own (``tests/_pginstance.py``: the machine's shared one
+  stays up), twice in one run: as is, and with the server stopped (``pg_ctl stop -m fast``)
+  for 10 s once a third of the refreshes are done. Measured: each job the outage cut (run
+  again after it), the seconds from the server's return to its new run (goal: every one
+  within 10 s), and the batch's time against the batch without an outage (goal <= 1.3x).
 * **a cursor chain**, Aerocene's shape: ``feed.page`` jobs, each fetching one cursor page of
   the sandbox feed (hostility ``none``, 50 ms a response) and queueing the next cursor's job;
   1,000 pages on the embedded backend and on 2 workers, beside the floor pages x latency (goal
@@ -68,7 +76,7 @@ the sandbox reachable beyond loopback): the client IPs the banks see are the tin
 
     .venv/bin/python bench/distributed.py            # the figures (~10 minutes)
     .venv/bin/python bench/distributed.py --quick    # 20 customers, 4,000 URLs, 50 pages
-    .venv/bin/python bench/distributed.py --only bank,failover
+    .venv/bin/python bench/distributed.py --only bank,failover,outage
 
 Results go to ``bench/results/distributed.json``.
 """
@@ -109,7 +117,14 @@ from cursor import SHARED, signed
 from service import machine_busy, read_line, spawn, stop
 
 RESULTS = Path(__file__).resolve().parent / "results" / "distributed.json"
-GOALS = {"cpu_ratio": 1.10, "speedup": 1.5, "failover_s": 60.0, "chain_ratio": 1.2}
+GOALS = {
+    "cpu_ratio": 1.10,
+    "speedup": 1.5,
+    "failover_s": 45.0,
+    "chain_ratio": 1.2,
+    "outage_rerun_s": 10.0,
+    "outage_batch_ratio": 1.3,
+}
 AEROCENE_CHAIN_S = 2995.0  # Aerocene's 1,000 cursor pages
 CRAWLEE_LEASE_S = 300.0
 # Each setup's job backend and number of worker processes.
@@ -122,6 +137,8 @@ KINDS = ("bank.refresh", "fetch", "feed.page")
 BANK = {"per_bank": 200, "overall": 600}
 FETCH = {"urls_per_job": 1_000, "in_flight": 50, "per_host": 64}
 FAILOVER = {"latency_ms": 100.0, "in_flight": 10}
+OUTAGE = {"down_s": 10.0, "at_done": 1 / 3}
+ACCESSES_PER_CUSTOMER = 3
 FEED_LATENCY_MS = 50.0
 READY = "worker taking jobs"
 # gofetch's variables that must not reach the workers from the caller's environment.
@@ -333,6 +350,8 @@ def base_env(workdir: Path, db_url: str) -> dict[str, str]:
         "SCRAPEFLOW_LOG_DIR": str(workdir / "logs"),
         "SCRAPEFLOW_JOBS_DIR": str(workdir / "jobs"),
         "SCRAPEFLOW_SCHEDULE": "off",
+        # The pages and banks are on loopback, which the egress policy blocks by default.
+        "SCRAPEFLOW_EGRESS_ALLOW": "127.0.0.0/8",
         "PYTHONUNBUFFERED": "1",
     }
 
@@ -499,6 +518,9 @@ def bank_workload(args: argparse.Namespace, workdir: Path) -> dict[str, Any]:
                     "SCRAPEFLOW_PROXIES": str(proxy_file),
                     "SCRAPEFLOW_PER_BANK": str(BANK["per_bank"]),
                     "SCRAPEFLOW_OVERALL": str(BANK["overall"]),
+                    "SCRAPEFLOW_REFRESH_CONCURRENCY": str(
+                        refresh_places(SETUPS[setup][0], args.bank_concurrency)
+                    ),
                 }
                 params = [{"customer": f"cust-{n}"} for n in customers]
                 print(f"  bank batch, {setup} ...", flush=True)
@@ -511,7 +533,12 @@ def bank_workload(args: argparse.Namespace, workdir: Path) -> dict[str, Any]:
         "settings": {
             "customers": args.customers,
             "accesses": len(BANKS) * args.customers,
-            "jobs_at_once_per_process": args.bank_concurrency,
+            "refreshes_at_once_per_process": args.bank_concurrency,
+            "accesses_in_flight_per_process": args.bank_concurrency * ACCESSES_PER_CUSTOMER,
+            "refresh_concurrency": {
+                backend: refresh_places(backend, args.bank_concurrency)
+                for backend in ("embedded", "procrastinate")
+            },
             "exit_ips": args.proxies,
             **BANK,
             "sandbox": {"seed": 7, "hostility": "realistic", "latency_ms": "bank defaults"},
@@ -519,6 +546,13 @@ def bank_workload(args: argparse.Namespace, workdir: Path) -> dict[str, Any]:
         "runs": runs,
         "ratios": compare(runs),
     }
+
+
+def refresh_places(backend: str, refreshes: int) -> int:
+    """The refresh lane's concurrency that puts ``refreshes`` customers' accesses in flight:
+    on the embedded backend a refresh runs its accesses inside its one place; on workers every
+    access is a job of its own that takes a place (the refresh takes none while it waits)."""
+    return refreshes if backend == "embedded" else refreshes * ACCESSES_PER_CUSTOMER
 
 
 def child_pids(name: str) -> list[int]:
@@ -612,12 +646,7 @@ def failover(args: argparse.Namespace, workdir: Path) -> dict[str, Any]:
         **FAILOVER,
         **found,
         "job_seconds_after_taken_over": None if taken is None else round(done - taken, 2),
-        "bounded_by": {
-            "job_heartbeat_s": 5.0,
-            "stalled_after_s": 15.0,
-            "sweep_every_s": 5,
-            "dispatch_poll_s": 1.0,
-        },
+        "bounded_by": default_timings(),
         "vs_goal": round(done / GOALS["failover_s"], 3),
         "vs_crawlee_lease": round(done / CRAWLEE_LEASE_S, 3),
     }
@@ -639,7 +668,10 @@ async def _failover(
         await run.until(past_a_quarter)
         victim = holder(current.owner, run.workers)
         if victim is None:
-            raise RuntimeError(f"no worker of ours holds the job ({current.owner!r})")
+            raise RuntimeError(
+                f"no worker of ours holds the job ({current.owner!r}, {current.state.value}, "
+                f"attempts {current.attempts}, progress {current.progress})"
+            )
         stored_at_kill = current.progress.get("done", 0)
         victim.send_signal(signal.SIGKILL)
         killed = time.monotonic()
@@ -667,6 +699,24 @@ async def _failover(
     }
 
 
+def default_timings() -> dict[str, float]:
+    """The settings a worker's death is found and its jobs run again with: the defaults, read
+    from the code (the workers run with no timing setting of their own)."""
+    import inspect
+
+    from scrapeflow.config import Settings
+    from scrapeflow.jobs import ProcrastinateJobQueue
+
+    queue = inspect.signature(ProcrastinateJobQueue).parameters
+    heartbeat = float(Settings.model_fields["job_heartbeat"].default)
+    return {
+        "job_heartbeat_s": heartbeat,
+        "stalled_after_s": 3 * heartbeat,
+        "sweep_every_s": float(queue["sweep_every"].default),
+        "dispatch_poll_s": float(queue["poll"].default),
+    }
+
+
 def holder(
     owner: str | None, workers: Sequence[subprocess.Popen[str]]
 ) -> subprocess.Popen[str] | None:
@@ -674,6 +724,191 @@ def holder(
     if not owner:
         return None
     return next((w for w in workers if f":{w.pid}:" in f":{owner}:"), None)
+
+
+# --- PostgreSQL down ---------------------------------------------------------------------------
+
+
+def outage_phase(args: argparse.Namespace, workdir: Path) -> dict[str, Any]:
+    """The bank batch on ``scrapeflow worker`` processes over a PostgreSQL server of this
+    bench's own (the machine's shared one must stay up), twice: as is, and with the server
+    stopped for 10 s once a third of the refreshes are done. The runs cut by the outage: how
+    long after the server is back each runs again; the batch's time against the one without."""
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # the tests' PgInstance
+    from tests._pginstance import start_pg_instance
+
+    from scrapeflow.banking import CredentialVault
+
+    key = CredentialVault.generate_key()
+    numbers = iter(usable_customers(2 * args.outage_customers, start=5_000))
+    runs: dict[str, dict[str, Any]] = {}
+    backend = "procrastinate"
+    with SandboxProcess(workdir) as sandbox, tinyproxies(args.proxies, 256) as proxies:
+        proxy_file = workdir / "outage-proxies.txt"
+        proxy_file.write_text("".join(f"{url}\n" for url in proxies))
+        instance = start_pg_instance(workdir)
+        try:
+            for n, name in enumerate(("as is", f"PostgreSQL down {OUTAGE['down_s']:g} s")):
+                database = f"bench_outage_{n}"
+                asyncio.run(_pg_on(instance.url(), f'CREATE DATABASE "{database}"'))
+                db_url = instance.url(database)
+                customers = [next(numbers) for _ in range(args.outage_customers)]
+                vault = CredentialVault([key])
+                asyncio.run(add_bank_customers(db_url, sandbox.manifest, customers, vault))
+                asyncio.run(prepare_database(db_url))
+                env = {
+                    **base_env(workdir, db_url),
+                    "SCRAPEFLOW_VAULT_KEYS": key,
+                    "SCRAPEFLOW_SANDBOX_MANIFEST": str(sandbox.manifest_path),
+                    "SCRAPEFLOW_PROXIES": str(proxy_file),
+                    "SCRAPEFLOW_PER_BANK": str(BANK["per_bank"]),
+                    "SCRAPEFLOW_OVERALL": str(BANK["overall"]),
+                    "SCRAPEFLOW_REFRESH_CONCURRENCY": str(
+                        refresh_places(backend, args.bank_concurrency)
+                    ),
+                }
+                params = [{"customer": f"cust-{c}"} for c in customers]
+                print(f"  PostgreSQL down, {name} ...", flush=True)
+                log = workdir / "worker-logs" / f"outage-{n}"
+                stop_pg = instance if n else None
+                raw = asyncio.run(_outage_run(env, params, log, args.timeout, stop_pg))
+                raw["worker_log"] = worker_log(log)
+                runs[name] = raw
+        finally:
+            instance.close()
+    plain, cut = runs.values()
+    ratio = cut["seconds"] / plain["seconds"] if plain["seconds"] else None
+    return {
+        "settings": {
+            "customers": args.outage_customers,
+            "accesses": ACCESSES_PER_CUSTOMER * args.outage_customers,
+            "workers": 1,
+            "refresh_concurrency": refresh_places(backend, args.bank_concurrency),
+            "down_s": OUTAGE["down_s"],
+            "stopped_once_done": "a third of the refreshes",
+            "timings": default_timings(),
+            "server": "a PostgreSQL of the bench's own (fsync off), stopped with pg_ctl -m fast",
+        },
+        "runs": runs,
+        "batch_ratio": None if ratio is None else round(ratio, 3),
+        "goal_batch_ratio": GOALS["outage_batch_ratio"],
+        "goal_rerun_s": GOALS["outage_rerun_s"],
+    }
+
+
+async def _pg_on(url: str, sql: str) -> None:
+    import asyncpg
+    from sqlalchemy.engine import make_url
+
+    parts = make_url(url)
+    connection = await asyncpg.connect(
+        host=parts.host, port=parts.port, user=parts.username, database=parts.database
+    )
+    try:
+        await connection.execute(sql)
+    finally:
+        await connection.close()
+
+
+async def _outage_run(
+    env: Mapping[str, str],
+    params: Sequence[Mapping[str, Any]],
+    log: Path,
+    timeout: float,
+    instance: Any,
+) -> dict[str, Any]:
+    """One batch on one worker; with ``instance``, that server stopped for the outage once a
+    third of the refreshes are done. Figures: the batch's seconds, the outcomes, and for each
+    job the outage cut (run again after it), the seconds from the server's return to its run."""
+    from scrapeflow.jobs import ACTIVE_STATES, JobState, ProcrastinateJobQueue
+
+    db_url = env["SCRAPEFLOW_DB_URL"]
+    kinds = dict.fromkeys((*KINDS, "bank.access"), _runs_elsewhere)
+    down: dict[str, Any] = {}
+    async with ProcrastinateJobQueue(db_url, kinds, run_jobs=False) as queue:
+        workers = await asyncio.to_thread(start_workers, "procrastinate", 1, 1, {**env}, log)
+        try:
+            started = datetime.now(UTC)
+            ids = [(await queue.submit("bank.refresh", p)).id for p in params]
+            deadline = time.monotonic() + timeout
+            tally: Any = None
+            while True:
+                try:
+                    tally = await queue.tally(ids)
+                except Exception:  # the server is away: the client rides it out too
+                    tally = None
+                if tally is not None and not any(tally.counts.get(s) for s in ACTIVE_STATES):
+                    break
+                if [w.pid for w in workers if w.poll() is not None]:
+                    raise RuntimeError("the worker exited mid-run")
+                if time.monotonic() > deadline:
+                    raise RuntimeError(f"the batch did not end within {timeout:g} s")
+                ended = (
+                    0
+                    if tally is None
+                    else len(ids) - sum(tally.counts.get(s, 0) for s in ACTIVE_STATES)
+                )
+                if instance is not None and not down and ended >= len(ids) * OUTAGE["at_done"]:
+                    down["running_at_stop"] = [
+                        job.id for job in await queue.find(states=[JobState.RUNNING], limit=10_000)
+                    ]
+                    down["stopping"] = datetime.now(UTC)
+                    await asyncio.to_thread(instance.stop)
+                    down["stopped"] = datetime.now(UTC)
+                    await asyncio.sleep(OUTAGE["down_s"])
+                    await asyncio.to_thread(instance.start)
+                    down["back"] = datetime.now(UTC)
+                await asyncio.sleep(0.2)
+            seconds = ((tally.last_finished_at or started) - started).total_seconds()
+            jobs = [await queue.get(job_id) for job_id in ids]
+            parts = await queue.find(kind="bank.access", limit=100_000)
+        finally:
+            await asyncio.to_thread(stop_workers, workers)
+    figures: dict[str, Any] = {"seconds": round(seconds, 2), **count_bank(jobs)}
+    figures.pop("job_seconds", None)
+    figures["jobs"] = {
+        "refreshes": len(jobs),
+        "accesses": len(parts),
+        "states": dict(Counter(job.state.value for job in [*jobs, *parts])),
+    }
+    if down:
+        back = down["back"]
+        everything = {job.id: job for job in [*jobs, *parts]}
+        cut = [j for j in everything.values() if j.attempts > 1 and j.started_at is not None]
+        rerun = sorted((j.started_at - back).total_seconds() for j in cut if j.started_at)
+        running = [everything[i] for i in down["running_at_stop"] if i in everything]
+        figures["outage"] = {
+            "down_s": round((back - down["stopped"]).total_seconds(), 2),
+            "stop_took_s": round((down["stopped"] - down["stopping"]).total_seconds(), 2),
+            "running_at_stop": len(running),
+            "cut_and_run_again": len(cut),
+            "rode_it_out": sum(1 for j in running if j.attempts == 1),
+            "rerun_after_back_s": {
+                "p50": round(rerun[(len(rerun) - 1) // 2], 2) if rerun else None,
+                "max": round(rerun[-1], 2) if rerun else None,
+            },
+            "attempts_max": max((j.attempts for j in everything.values()), default=0),
+        }
+    return figures
+
+
+def print_outage(part: dict[str, Any]) -> None:
+    st = part["settings"]
+    print(
+        f"\nPostgreSQL down {st['down_s']:g} s: a batch of {st['customers']} customers "
+        f"({st['accesses']} accesses) on {st['workers']} worker, refresh lane "
+        f"{st['refresh_concurrency']}; settings {st['timings']}"
+    )
+    for name, run in part["runs"].items():
+        print(f"  {name:24} {fmt(run['seconds'], ' s', 1)}; {run['outcomes']}; {run['jobs']}")
+        if "outage" in run:
+            print(f"  {'':24} {run['outage']}")
+        for what, times in run["worker_log"].items():
+            print(f"  {name}: workers logged x{times}: {what}")
+    print(
+        f"  batch time, down / as is: x{part['batch_ratio']} (goal <= {part['goal_batch_ratio']});"
+        f" every cut job running again within {part['goal_rerun_s']:g} s of the return"
+    )
 
 
 # --- the cursor chain ---------------------------------------------------------------------------
@@ -940,7 +1175,8 @@ def main(argv: Sequence[str] | None = None) -> None:
     parser.add_argument("--bank-concurrency", type=int, default=20, help="bank jobs/process")
     parser.add_argument("--fetch-concurrency", type=int, default=2, help="fetch jobs/process")
     parser.add_argument("--timeout", type=float, default=600.0, help="bound of each run, s")
-    parser.add_argument("--only", default="bank,fetch,failover,chain", help="phases to run")
+    parser.add_argument("--outage-customers", type=int, help="outage batch (default 200)")
+    parser.add_argument("--only", default="bank,fetch,failover,chain,outage", help="phases to run")
     parser.add_argument("--setups", default=",".join(SETUPS), help="bank and fetch setups")
     parser.add_argument("--chain-setups", default="embedded,2 workers", help="chain setups")
     parser.add_argument("--keep-logs", type=Path, help="copy the workers' stderr here")
@@ -953,6 +1189,7 @@ def main(argv: Sequence[str] | None = None) -> None:
     args.urls = args.urls or (4_000 if args.quick else 20_000)
     args.pages = args.pages or (50 if args.quick else 1_000)
     args.kill_urls = args.kill_urls or (600 if args.quick else 2_000)
+    args.outage_customers = args.outage_customers or (40 if args.quick else 200)
     args.setups = [s for s in SETUPS if s in args.setups.split(",")]
     args.chain_setups = [s for s in SETUPS if s in args.chain_setups.split(",")]
     phases = {
@@ -960,6 +1197,7 @@ def main(argv: Sequence[str] | None = None) -> None:
         "fetch": fetch_workload,
         "failover": failover,
         "chain": chain_phase,
+        "outage": outage_phase,
     }
     wanted = args.only.split(",")
     unknown = sorted(set(wanted) - set(phases))
@@ -998,6 +1236,8 @@ def main(argv: Sequence[str] | None = None) -> None:
         print_failover(results["failover"])
     if "chain" in results:
         print_chain(results["chain"])
+    if "outage" in results:
+        print_outage(results["outage"])
     RESULTS.parent.mkdir(parents=True, exist_ok=True)
     RESULTS.write_text(json.dumps(out, indent=2) + "\n")
     print(f"\nbench took {out['bench_seconds']} s; results in {RESULTS}")
