@@ -6,6 +6,7 @@ its next poll."""
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Sequence
 
 from sqlalchemy.ext.asyncio import AsyncConnection
 
@@ -15,8 +16,8 @@ from scrapeflow.server._events import Event, EventLog
 APPENDS = 40
 
 
-async def slow_outbox(connection: AsyncConnection, event: Event) -> None:
-    """Holds the event's transaction open a moment, as a webhook fan-out to many keys does."""
+async def slow_outbox(connection: AsyncConnection, events: Sequence[Event]) -> None:
+    """Holds the events' transaction open a moment, as a webhook fan-out to many keys does."""
     await asyncio.sleep(0.02)
 
 

@@ -28,7 +28,15 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import random
-from collections.abc import AsyncIterator, Awaitable, Callable, Collection, Iterator, Mapping
+from collections.abc import (
+    AsyncIterator,
+    Awaitable,
+    Callable,
+    Collection,
+    Iterator,
+    Mapping,
+    Sequence,
+)
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
@@ -128,9 +136,9 @@ _TAIL_ROWS = 1_000
 _EVENT_WRITERS_LOCK = 0x5CF1E7E4
 """The PostgreSQL advisory lock the event writers of every process take turns on."""
 
-Outbox = Callable[[AsyncConnection, Event], Awaitable[None]]
-"""Writes what must be sent about a new event, on the connection (and in the transaction)
-that stores it."""
+Outbox = Callable[[AsyncConnection, Sequence[Event]], Awaitable[None]]
+"""Writes what must be sent about new events, on the connection (and in the transaction) that
+stores them: the events a transaction stores together, in the order of their ids."""
 
 
 class EventLog:
@@ -279,29 +287,31 @@ class EventLog:
             self._wake(events)
 
     async def _store(self, batch: list[_NewEvent]) -> list[Event]:
-        stored = []
         async with self.engine.begin() as connection:
             if connection.dialect.name == "postgresql":
                 await connection.execute(
                     text("SELECT pg_advisory_xact_lock(:key)"), {"key": _EVENT_WRITERS_LOCK}
                 )
-            for new in batch:
-                done = await connection.execute(
-                    insert(events_table).values(
-                        customer=new.customer,
-                        job_id=new.job_id,
-                        kind=new.kind,
-                        data=new.data,
-                        at=new.at,
-                    )
-                )
-                key = done.inserted_primary_key
-                if key is None:
-                    raise RuntimeError("the database gave no id to a new event")
-                event = Event(int(key[0]), new.kind, new.customer, new.job_id, new.data, new.at)
-                if self.outbox is not None:
-                    await self.outbox(connection, event)
-                stored.append(event)
+            # One statement for the batch, its ids returned in the order of the rows.
+            ids = await connection.execute(
+                insert(events_table).returning(events_table.c.id, sort_by_parameter_order=True),
+                [
+                    {
+                        "customer": new.customer,
+                        "job_id": new.job_id,
+                        "kind": new.kind,
+                        "data": new.data,
+                        "at": new.at,
+                    }
+                    for new in batch
+                ],
+            )
+            stored = [
+                Event(int(event_id), new.kind, new.customer, new.job_id, new.data, new.at)
+                for (event_id,), new in zip(ids.all(), batch, strict=True)
+            ]
+            if self.outbox is not None:
+                await self.outbox(connection, stored)
             if self._notices is not None:
                 await self._notices.send(
                     connection,

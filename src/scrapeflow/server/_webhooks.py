@@ -301,9 +301,10 @@ class Webhooks:
             )
             return int(pending.scalar_one())
 
-    async def enqueue(self, connection: AsyncConnection, event: Event) -> None:
-        """The event log's outbox hook: a pending delivery of ``event`` for each webhook that
-        wants it, on the event's own connection and transaction. A key restricted to customers
+    async def enqueue(self, connection: AsyncConnection, events: Sequence[Event]) -> None:
+        """The event log's outbox hook: a pending delivery of each event for each webhook that
+        wants it, on the events' own connection and transaction (the webhooks read once for
+        the events stored together). A key restricted to customers
         gets only their events; the events of a job of no customer (a fetch or run job) go to
         the webhooks of the key that made it and of unrestricted admin keys only; a revoked or
         expired key's webhooks get nothing."""
@@ -324,36 +325,41 @@ class Webhooks:
                 )
             )
         ).all()
-        owner = event.data.get("submitted_by") if event.customer is None else None
-        wanted = [
-            row.id
-            for row in rows
-            if _wants(row.events or (), event.kind)
-            and (not row.customers or event.customer in row.customers)
-            and (
-                event.customer is not None
-                or not event.kind.startswith("job.")
-                or row.key_id == owner
-                or Scope.ADMIN.value in (row.scopes or ())
-            )
-        ]
-        if not wanted:
+        if not rows:
             return
-        await connection.execute(
-            insert(deliveries_table),
-            [
-                {
-                    "webhook_id": webhook_id,
-                    "event_id": event.id,
-                    "kind": event.kind,
-                    "state": DeliveryState.PENDING.value,
-                    "attempts": 0,
-                    "next_attempt_at": event.at,
-                    "event_at": event.at,
-                }
-                for webhook_id in wanted
-            ],
+        deliveries = [
+            {
+                "webhook_id": webhook_id,
+                "event_id": event.id,
+                "kind": event.kind,
+                "state": DeliveryState.PENDING.value,
+                "attempts": 0,
+                "next_attempt_at": event.at,
+                "event_at": event.at,
+            }
+            for event in events
+            for webhook_id in _wanting(rows, event)
+        ]
+        if deliveries:
+            await connection.execute(insert(deliveries_table), deliveries)
+
+
+def _wanting(rows: Sequence[Any], event: Event) -> list[int]:
+    """The webhooks (of ``rows``: id, events, key id, the key's customers and scopes) that get
+    ``event``."""
+    owner = event.data.get("submitted_by") if event.customer is None else None
+    return [
+        row.id
+        for row in rows
+        if _wants(row.events or (), event.kind)
+        and (not row.customers or event.customer in row.customers)
+        and (
+            event.customer is not None
+            or not event.kind.startswith("job.")
+            or row.key_id == owner
+            or Scope.ADMIN.value in (row.scopes or ())
         )
+    ]
 
 
 def _now() -> datetime:
