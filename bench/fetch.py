@@ -808,6 +808,9 @@ def main(argv: list[str] | None = None) -> None:
         "scrapeflow: `python -m scrapeflow fetch URLS --store DIR` with FETCH_ID, MAX_CPUS and "
         "CONCURRENT_FETCHES (= concurrency / MAX_CPUS), the rest default: 4 writers per "
         "process, indexes sha384_checksum and url_sha384, fetch log, no WARC\n"
+        "gofetch-layout loop: aiohttp, each body once per SHA-384, a line appended to the "
+        "checksum's index file, a JSON line per URL in the run's log; bare loop: the bodies only; "
+        "each run's directory removed when it ends\n"
         f"server: {'nginx serving the Python docs (no latency), ' if args.site == 'nginx' else ''}"
         "the sandbox PlainSite in its own process, pages rendered ahead, latency added by "
         "the server\n"
@@ -834,6 +837,9 @@ def main(argv: list[str] | None = None) -> None:
         "scrapeflow": "CLI `python -m scrapeflow fetch URLS --store DIR`, env FETCH_ID=bench, "
         "MAX_CPUS, CONCURRENT_FETCHES = concurrency / MAX_CPUS, the other settings default "
         "(CONCURRENT_S3WRITERS 4, indexes sha384_checksum + url_sha384, fetch log, no WARC)",
+        "gofetch": "a plain aiohttp loop (one session, the same concurrency) writing gofetch's own "
+        "layout: each body once at sha384_content/<sha384>, a line appended to "
+        "index/sha384_checksum/<sha384>, a JSON line per URL in the run's log",
     }
     contenders = tuple(
         c for c in CONTENDERS if c in args.only and not (args.no_scrapy and c == "scrapy")
