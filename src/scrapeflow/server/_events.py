@@ -136,9 +136,10 @@ _TAIL_ROWS = 1_000
 _EVENT_WRITERS_LOCK = 0x5CF1E7E4
 """The PostgreSQL advisory lock the event writers of every process take turns on."""
 
-Outbox = Callable[[AsyncConnection, Sequence[Event]], Awaitable[None]]
+Outbox = Callable[[AsyncConnection, Sequence[Event]], Awaitable[bool | None]]
 """Writes what must be sent about new events, on the connection (and in the transaction) that
-stores them: the events a transaction stores together, in the order of their ids."""
+stores them: the events a transaction stores together, in the order of their ids. True when it
+wrote something (then :attr:`EventLog.next_change` is set once it is committed)."""
 
 
 class EventLog:
@@ -162,14 +163,16 @@ class EventLog:
         self._pending: list[tuple[_NewEvent, asyncio.Future[int]]] = []
         self._writer: asyncio.Task[None] | None = None
         self._changed = asyncio.Event()
+        self._outbox_wrote = False
         self._watchers: dict[tuple[str, str], set[asyncio.Event]] = {}
         self._notices: EventNotices | None = None
         self._tail: asyncio.Task[None] | None = None
 
     @property
     def next_change(self) -> asyncio.Event:
-        """Set once the next event of this process is stored: take it before reading the log,
-        then wait on it, and no event slips between the read and the wait."""
+        """Set once the outbox wrote for the next events this process stores, or another
+        process's events are seen: take it before reading the outbox, then wait on it, and
+        nothing slips between the read and the wait."""
         return self._changed
 
     async def open(self) -> None:
@@ -310,8 +313,8 @@ class EventLog:
                 Event(int(event_id), new.kind, new.customer, new.job_id, new.data, new.at)
                 for (event_id,), new in zip(ids.all(), batch, strict=True)
             ]
-            if self.outbox is not None:
-                await self.outbox(connection, stored)
+            if self.outbox is not None and await self.outbox(connection, stored):
+                self._outbox_wrote = True
             if self._notices is not None:
                 await self._notices.send(
                     connection,
@@ -321,15 +324,27 @@ class EventLog:
         return stored
 
     def _wake(self, events: list[Event]) -> None:
+        """After a batch of this process committed: its streams, and the courier if the outbox
+        wrote (a courier round per batch of events no webhook wants was most of its cost)."""
+        wrote, self._outbox_wrote = self._outbox_wrote, False
         self._wake_for(
             [e.customer for e in events if e.customer is not None],
             [e.job_id for e in events if e.job_id is not None],
+            courier=wrote,
         )
 
-    def _wake_for(self, customers: Collection[str] | None, jobs: Collection[str] | None) -> None:
-        """Wake the courier, and the streams of these customers and jobs (None: every one)."""
-        self._changed.set()
-        self._changed = asyncio.Event()
+    def _wake_for(
+        self,
+        customers: Collection[str] | None,
+        jobs: Collection[str] | None,
+        *,
+        courier: bool = True,
+    ) -> None:
+        """Wake the courier (``courier``: another process's events may have deliveries), and
+        the streams of these customers and jobs (None: every one)."""
+        if courier:
+            self._changed.set()
+            self._changed = asyncio.Event()
         if customers is None and jobs is None:
             for watchers in self._watchers.values():
                 for woken in watchers:

@@ -301,7 +301,7 @@ class Webhooks:
             )
             return int(pending.scalar_one())
 
-    async def enqueue(self, connection: AsyncConnection, events: Sequence[Event]) -> None:
+    async def enqueue(self, connection: AsyncConnection, events: Sequence[Event]) -> bool:
         """The event log's outbox hook: a pending delivery of each event for each webhook that
         wants it, on the events' own connection and transaction (the webhooks read once for
         the events stored together). A key restricted to customers
@@ -326,7 +326,7 @@ class Webhooks:
             )
         ).all()
         if not rows:
-            return
+            return False
         deliveries = [
             {
                 "webhook_id": webhook_id,
@@ -342,6 +342,7 @@ class Webhooks:
         ]
         if deliveries:
             await connection.execute(insert(deliveries_table), deliveries)
+        return bool(deliveries)
 
 
 def _wanting(rows: Sequence[Any], event: Event) -> list[int]:
