@@ -122,6 +122,7 @@ def create_app(settings: Settings) -> FastAPI:
         jobs,
         keys,
         operations,
+        readings,
         schedule,
         sync,
         webhooks,
@@ -129,6 +130,7 @@ def create_app(settings: Settings) -> FastAPI:
 
     app.include_router(banks.router)
     app.include_router(customers.router)
+    app.include_router(readings.router)
     app.include_router(erasure.router)
     app.include_router(exports.router)
     app.include_router(sync.router)

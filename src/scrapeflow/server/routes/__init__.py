@@ -1,6 +1,6 @@
-"""One routes module per resource: customers (status, refresh, accounts, movements), their
-sync and events, jobs, webhooks, the schedule, operations (health, readiness, metrics) and the
-dashboard's page."""
+"""One routes module per resource: customers (their accesses, refresh), what a UI reads of them
+(status, accounts, movements), their sync and events, jobs, webhooks, the schedule, operations
+(health, readiness, metrics) and the dashboard's page."""
 
 from __future__ import annotations
 
@@ -13,6 +13,7 @@ from scrapeflow.server.routes import (
     exports,
     jobs,
     operations,
+    readings,
     schedule,
     sync,
     webhooks,
@@ -27,6 +28,7 @@ __all__ = [
     "exports",
     "jobs",
     "operations",
+    "readings",
     "schedule",
     "sync",
     "webhooks",
