@@ -415,6 +415,8 @@ class DeliveryRunner:
                 _log.warning("job heartbeats stored again", jobs=len(runs))
             failing = False
             for run in runs:
+                if run.task is None or run.task.done():
+                    continue  # it ended while the beat was on its way: its end is stored
                 if beat and run.job.id not in held:
                     _log.warning("a running job was taken over: stopping it here", job=run.job.id)
                     self._stop(run, "lost")
