@@ -182,6 +182,10 @@ def service_env(
         "SCRAPEFLOW_JOBS_DIR": str(tmp_path / "jobs"),  # never the checkout's own jobs/
         "PYTHONUNBUFFERED": "1",
         "SCRAPEFLOW_SCHEDULE": "off",  # no daily run in the middle of a test
+        # One process (the default is one per core): the limits kept in memory a test counts
+        # are one process's; tests/server/test_processes.py runs several, and the default. Set
+        # here too for module-scoped services, made before the per-test environment.
+        "SCRAPEFLOW_API_PROCESSES": "1",
         # The sandbox and the tests' receivers listen on 127.0.0.1: allowed explicitly, as an
         # operator allows an on-premises receiver (the egress tests narrow it).
         "SCRAPEFLOW_EGRESS_ALLOW": "127.0.0.1",

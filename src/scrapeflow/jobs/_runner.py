@@ -132,6 +132,8 @@ FollowUp = Callable[[Job, str, Mapping[str, Any], str], Awaitable[Job]]
 Join = Callable[[Job, Sequence[Job]], Awaitable[list[Job]]]
 """How a queue waits for follow-ups: ``(parent, jobs) -> the jobs, ended``."""
 _MAX_FOLLOW_UP_KEY = 200
+_CANCEL_WAIT = 2.0
+"""Seconds a cancel waits for a job another process runs to stop, before it answers."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -358,6 +360,13 @@ class EmbeddedJobQueue(StoredJobs):
             return await self.get(job_id)
         if before.state is JobState.QUEUED and job.state is JobState.CANCELLED:
             await self._tell(job_id)  # ended in the queue, never ran
+        elif job.state is JobState.RUNNING:
+            # Run by another process on this database (another of the service's processes, a
+            # command): it stops the job at its poll. The answer waits for that, a while.
+            with contextlib.suppress(TimeoutError):
+                async with asyncio.timeout(_CANCEL_WAIT):
+                    return await self.wait(job_id)
+            return await self.get(job_id)
         return job
 
     async def requeue_stalled(self, *, silent_for: float | None = None) -> list[Job]:
