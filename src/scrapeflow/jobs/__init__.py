@@ -24,6 +24,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
+from scrapeflow.jobs._jobtable import jobs_table
 from scrapeflow.jobs._memory import MemoryJobStore
 from scrapeflow.jobs._model import (
     ACTIVE_STATES,
@@ -46,7 +47,7 @@ from scrapeflow.jobs._runner import (
 )
 from scrapeflow.jobs._schedule import DailySchedule
 from scrapeflow.jobs._scheduler import Scheduler, ScheduleRun
-from scrapeflow.jobs._store import JobStore, SqlJobStore, jobs_table
+from scrapeflow.jobs._store import JobStore, SqlJobStore
 
 if TYPE_CHECKING:
     from scrapeflow.jobs._procrastinate import ProcrastinateJobQueue

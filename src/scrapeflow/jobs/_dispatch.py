@@ -29,8 +29,8 @@ from scrapeflow._util.logs import get_logger
 from scrapeflow._util.redact import redact
 from scrapeflow.db import UTCDateTime, connection_lost
 from scrapeflow.errors import ConfigError
+from scrapeflow.jobs._jobtable import job_from_row, jobs_table
 from scrapeflow.jobs._model import Job
-from scrapeflow.jobs._store import _job, jobs_table
 
 __all__: list[str] = []
 
@@ -221,7 +221,7 @@ async def claim_run(
     }
     async with engine.begin() as connection:
         row = (await connection.execute(_CLAIM, params)).first()
-    return None if row is None else _job(row._mapping)
+    return None if row is None else job_from_row(row._mapping)
 
 
 class OutageRidingJobManager(JobManager):

@@ -51,7 +51,7 @@ from scrapeflow.banking import (
 from scrapeflow.db import UTCDateTime, create_tables
 from scrapeflow.errors import InputError, RefreshInProgress
 from scrapeflow.jobs import JobState
-from scrapeflow.jobs._store import jobs_table
+from scrapeflow.jobs._jobtable import jobs_table
 from scrapeflow.server._events import events_table
 from scrapeflow.server._webhooks import deliveries_table
 
