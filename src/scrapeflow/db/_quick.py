@@ -77,6 +77,7 @@ class _Compiled:
         self.dialect = dialect
         self.columns = list(statement.selected_columns)
         self.results: tuple[Processor, ...] | None = None
+        self._processed: tuple[tuple[int, Callable[[Any], Any]], ...] = ()
         self.plain = False
         if dialect.name == "sqlite":  # its processors need no column type from the driver
             self.typed([None] * len(self.columns))
@@ -89,6 +90,9 @@ class _Compiled:
             for column, driver_type in zip(self.columns, driver_types, strict=True)
         )
         self.plain = not any(self.results)
+        self._processed = tuple(
+            (index, process) for index, process in enumerate(self.results) if process is not None
+        )
 
     def arguments(self, params: Mapping[str, Any]) -> list[Any]:
         values = []
@@ -101,10 +105,12 @@ class _Compiled:
         assert self.results is not None
         if self.plain:
             return tuple(raw)
-        return tuple(
-            value if process is None or value is None else process(value)
-            for value, process in zip(raw, self.results, strict=True)
-        )
+        values = list(raw)
+        for index, process in self._processed:
+            value = values[index]
+            if value is not None:
+                values[index] = process(value)
+        return tuple(values)
 
 
 class _NotQuick(Exception):

@@ -46,7 +46,7 @@ class Money(TypeDecorator[Decimal]):
         if value is None:
             return None
         if dialect.name == "sqlite":
-            return (Decimal(int(value)) / 100).quantize(_CENT)
+            return Decimal(int(value)).scaleb(-2)  # cents: exact, two places (0 -> 0.00)
         return Decimal(value).quantize(_CENT)
 
 
