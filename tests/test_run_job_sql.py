@@ -147,7 +147,7 @@ def test_a_run_job_on_workers_reads_its_results_from_the_database(
         created = client.post("/v1/jobs", json={"kind": "run", "params": {"tasks": tasks}})
         assert created.status_code == 202, created.text
         job = wait_ended(client, created.json()["id"])
-        assert job["state"] == "succeeded", job
+        assert job["state"] == "succeeded", (job["error"], job["result"])
         items = all_results(client, job["id"], limit=2)
     assert [item["key"] for item in items] == ["page1", "page2", "page3"]
     for item in items:
@@ -180,7 +180,7 @@ def test_a_run_job_in_batches_spreads_them_and_reads_back_in_order(
         )
         assert created.status_code == 202, created.text
         job = wait_ended(client, created.json()["id"])
-        assert job["state"] == "succeeded", job
+        assert job["state"] == "succeeded", (job["error"], job["result"])
         items = all_results(client, job["id"], limit=2)
         runs = client.get("/v1/jobs", params={"kind": "run"}).json()["jobs"]
         # A listing holds summaries: each batch's tasks are in its own view.

@@ -93,7 +93,20 @@ def run_in_thread(make: Callable[[], AbstractAsyncContextManager[T]]) -> Iterato
             failure.append(exc)
             ready.set()
 
-    thread = threading.Thread(target=loop.run_until_complete, args=(main(),), daemon=True)
+    async def finish() -> None:
+        # As asyncio.run ends: a request handler that aiohttp's stop cancelled is still pending
+        # here; left so, it was destroyed pending later, with its socket open.
+        pending = asyncio.all_tasks() - {asyncio.current_task()}
+        for task in pending:
+            task.cancel()
+        await asyncio.gather(*pending, return_exceptions=True)
+        await loop.shutdown_asyncgens()
+
+    def run() -> None:
+        loop.run_until_complete(main())
+        loop.run_until_complete(finish())
+
+    thread = threading.Thread(target=run, daemon=True)
     thread.start()
     if not ready.wait(timeout=60):
         raise RuntimeError("the sandbox servers did not start within 60 s")
