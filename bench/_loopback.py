@@ -87,6 +87,18 @@ def cpu_seconds_of(pid: int) -> float:
     return (int(fields[11]) + int(fields[12])) / CLOCK_TICKS
 
 
+def child_pids(name: str) -> list[int]:
+    """The pids of this process's children whose command is ``name``."""
+    found = []
+    for task in os.listdir(f"/proc/{os.getpid()}/task"):
+        with open(f"/proc/{os.getpid()}/task/{task}/children") as f:
+            for pid in f.read().split():
+                with contextlib.suppress(OSError), open(f"/proc/{pid}/comm") as comm:
+                    if comm.read().strip() == name:
+                        found.append(int(pid))
+    return found
+
+
 def _stat_fields(pid: int) -> list[str]:
     """The fields of ``/proc/<pid>/stat`` after the command name (field 3 on)."""
     with open(f"/proc/{pid}/stat") as f:

@@ -106,6 +106,7 @@ from _loopback import (
     CLOCK_TICKS,
     LoopbackServer,
     PostgresCpu,
+    child_pids,
     cpu_seconds_self,
     machine_info,
     page_urls,
@@ -565,18 +566,6 @@ def refresh_places(backend: str, refreshes: int) -> int:
     on the embedded backend a refresh runs its accesses inside its one place; on workers every
     access is a job of its own that takes a place (the refresh takes none while it waits)."""
     return refreshes if backend == "embedded" else refreshes * ACCESSES_PER_CUSTOMER
-
-
-def child_pids(name: str) -> list[int]:
-    """The pids of this process's children whose command is ``name``."""
-    found = []
-    for task in os.listdir(f"/proc/{os.getpid()}/task"):
-        with open(f"/proc/{os.getpid()}/task/{task}/children") as f:
-            for pid in f.read().split():
-                with contextlib.suppress(OSError), open(f"/proc/{pid}/comm") as comm:
-                    if comm.read().strip() == name:
-                        found.append(int(pid))
-    return found
 
 
 def fetch_workload(args: argparse.Namespace, workdir: Path) -> dict[str, Any]:
