@@ -13,7 +13,6 @@ import binascii
 import hashlib
 import json
 from collections import Counter
-from dataclasses import dataclass
 from datetime import UTC, date, datetime
 from decimal import Decimal
 from typing import Annotated
@@ -26,7 +25,8 @@ from sqlalchemy import bindparam, select
 
 from scrapeflow.banking import movement_position, refresh_key
 from scrapeflow.db import QuickQuery
-from scrapeflow.jobs import JobState, jobs_table
+from scrapeflow.jobs import Job, JobState, jobs_table
+from scrapeflow.jobs._jobtable import job_from_row
 from scrapeflow.server._deps import State
 from scrapeflow.server._problems import Problem
 from scrapeflow.server._schemas import AccountOut, CustomerStatus, JobOut, MovementPage
@@ -56,10 +56,7 @@ async def status(customer: CustomerId, state: State, key: CustomerViewer) -> Cus
     with customer_read(customer):
         found, accesses = await customer_status(state.reads, customer)
     last = await _last_refresh(state, customer)
-    job = None
-    if last is not None and last.state in _ACTIVE:  # the whole job, only while it is under way
-        job = await state.queue.latest(refresh_key(customer), _EPOCH)
-        job = job if job is not None and job.state in _ACTIVE else None
+    job = last if last is not None and last.state in _ACTIVE else None
     busy = job is not None or any(a.state is ScrapeState.IN_PROGRESS for a in accesses)
     codes = [a.result for a in accesses if a.result is not None and a.enabled]
     # A refresh that failed after the accesses last ended (before it read anything: no URL for
@@ -85,15 +82,8 @@ _ACTIVE = frozenset({JobState.QUEUED, JobState.RUNNING})
 _EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 
 
-@dataclass(frozen=True, slots=True)
-class _LastRefresh:
-    state: JobState
-    finished_at: datetime | None
-    error: str | None
-
-
 _LAST_REFRESH = QuickQuery(
-    select(jobs_table.c.state, jobs_table.c.finished_at, jobs_table.c.error)
+    select(jobs_table)
     .where(
         jobs_table.c.dedupe_key == bindparam("key"),
         jobs_table.c.created_at >= bindparam("since"),
@@ -101,18 +91,15 @@ _LAST_REFRESH = QuickQuery(
     .order_by(jobs_table.c.created_at.desc())
     .limit(1)
 )
-"""The customer's last refresh job, as much as a status needs of it when it has ended."""
+"""The customer's last refresh job: one read, whole (a status shows it while it runs)."""
+_JOB_COLUMNS = tuple(c.name for c in jobs_table.c)
 
 
-async def _last_refresh(state: ServiceState, customer: str) -> _LastRefresh | None:
+async def _last_refresh(state: ServiceState, customer: str) -> Job | None:
     if state.quick is None:
-        job = await state.queue.latest(refresh_key(customer), _EPOCH)
-        return None if job is None else _LastRefresh(job.state, job.finished_at, job.error)
+        return await state.queue.latest(refresh_key(customer), _EPOCH)
     found = await state.quick.rows(_LAST_REFRESH, {"key": refresh_key(customer), "since": _EPOCH})
-    if not found:
-        return None
-    job_state, finished_at, error = found[0]
-    return _LastRefresh(JobState(job_state), finished_at, error)
+    return job_from_row(dict(zip(_JOB_COLUMNS, found[0], strict=True))) if found else None
 
 
 @router.get("/{customer}/accounts", response_model=list[AccountOut])
