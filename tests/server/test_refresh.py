@@ -150,6 +150,12 @@ def test_cancel_stops_a_refresh_within_two_seconds(
         ):
             assert time.monotonic() < deadline
             time.sleep(0.05)
+        running = client.get("/v1/customers/cust-3/status").json()
+        assert running["all_updated"] is False
+        assert (running["refresh_job"]["id"], running["refresh_job"]["state"]) == (
+            job["id"],
+            "running",
+        )
         started = time.monotonic()
         cancelled = client.post(f"/v1/jobs/{job['id']}/cancel")
         assert cancelled.status_code == 200
