@@ -147,6 +147,15 @@ class MemoryJobStore:
                     asked.add(job_id)
         return asked
 
+    async def cancels_asked(self, job_ids: Collection[str]) -> set[str]:
+        return {
+            job_id
+            for job_id in job_ids
+            if (job := self._jobs.get(job_id)) is not None
+            and job.cancel_requested
+            and job.state is JobState.RUNNING
+        }
+
     async def finish(
         self,
         job_id: str,

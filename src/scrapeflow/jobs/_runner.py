@@ -29,6 +29,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import math
 import os
 import secrets
 import socket
@@ -258,6 +259,9 @@ class EmbeddedJobQueue(StoredJobs):
         """With ``only_submitted``: the ids :meth:`submit` returned, the only ones run here."""
         self._running: dict[str, tuple[asyncio.Task[None], JobContext]] = {}
         self._cancelling: set[str] = set()
+        self._written: dict[str, dict[str, int]] = {}
+        """Each running job's progress as last written: between beats only a change is."""
+        self._checked = -math.inf
         self._joining: set[str] = set()
         """Jobs waiting for their parts (:meth:`_join`): they hold no place of their lane."""
         self._finished: dict[str, asyncio.Event] = {}
@@ -416,7 +420,8 @@ class EmbeddedJobQueue(StoredJobs):
                 if now >= next_beat:
                     next_beat = now + self.heartbeat
                     await self._beat()
-                elif self._running:
+                elif self._running and now - self._checked >= self.poll:
+                    self._checked = now
                     await self._check_cancellations()
                 if not self._stopping:
                     await self._claim_lanes()
@@ -456,12 +461,22 @@ class EmbeddedJobQueue(StoredJobs):
         """Stamp what this process runs, note cancellations, requeue what others left stalled."""
         progress = {job_id: dict(ctx.counts) for job_id, (_, ctx) in self._running.items()}
         asked = await self.store.heartbeat(self.owner, progress, self._clock())
+        self._written.update(progress)
         self._cancel_local(asked)
         await self.requeue_stalled()
 
     async def _check_cancellations(self) -> None:
-        progress = {job_id: dict(ctx.counts) for job_id, (_, ctx) in self._running.items()}
-        self._cancel_local(await self.store.heartbeat(self.owner, progress, self._clock()))
+        """Between beats: the progress that changed written, the cancel flags read (one read;
+        a stamp of every running job at each tick held SQLite's writer for as many updates)."""
+        changed = {
+            job_id: dict(ctx.counts)
+            for job_id, (_, ctx) in self._running.items()
+            if ctx.counts != self._written.get(job_id)
+        }
+        if changed:
+            await self.store.heartbeat(self.owner, changed, self._clock())
+            self._written.update(changed)
+        self._cancel_local(await self.store.cancels_asked(list(self._running)))
 
     def _cancel_local(self, asked: set[str]) -> None:
         for job_id in asked:
@@ -499,6 +514,7 @@ class EmbeddedJobQueue(StoredJobs):
                 await asyncio.shield(self._settle(context, state, result, error, release))
             finally:
                 self._running.pop(job.id, None)
+                self._written.pop(job.id, None)
                 self._cancelling.discard(job.id)
                 event = self._finished.pop(job.id, None)
                 if event is not None:

@@ -117,6 +117,10 @@ class JobStore(Protocol):
         """Stamp the jobs ``owner`` runs (and store their progress); the ids of those whose
         cancellation was asked."""
 
+    async def cancels_asked(self, job_ids: Collection[str]) -> set[str]:
+        """Which of these running jobs a user asked to cancel: one read."""
+        ...
+
     async def finish(
         self,
         job_id: str,
