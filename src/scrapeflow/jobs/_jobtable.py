@@ -8,6 +8,7 @@ get the customer their params name, and no submitter."""
 from __future__ import annotations
 
 import json
+from datetime import datetime
 from typing import Any
 
 from sqlalchemy import (
@@ -30,7 +31,7 @@ from sqlalchemy.schema import CreateIndex
 from scrapeflow.db import UTCDateTime, create_tables
 from scrapeflow.jobs._model import ACTIVE_STATES, Job, JobState, customer_of
 
-__all__ = ["job_from_row", "job_row", "jobs_table", "upgrade_jobs_table"]
+__all__ = ["ended_values", "job_from_row", "job_row", "jobs_table", "upgrade_jobs_table"]
 
 metadata = MetaData()
 jobs_table = Table(
@@ -211,3 +212,24 @@ def job_from_row(row: Any) -> Job:
         customer=row["customer"],
         cost=1 if row["cost"] is None else row["cost"],
     )
+
+
+def ended_values(
+    state: JobState,
+    now: datetime,
+    result: dict[str, Any] | None,
+    error: str | None,
+    progress: dict[str, int] | None,
+) -> dict[str, Any]:
+    """The columns a job's end writes (its dedupe key and owner let go)."""
+    values: dict[str, Any] = {
+        "state": state.value,
+        "finished_at": now,
+        "result": result,
+        "error": error,
+        "active_key": None,
+        "owner": None,
+    }
+    if progress is not None:
+        values["progress"] = progress
+    return values

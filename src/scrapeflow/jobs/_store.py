@@ -36,7 +36,13 @@ from sqlalchemy.ext.asyncio import AsyncEngine
 from sqlalchemy.sql.elements import ColumnElement
 
 from scrapeflow.db import create_engine
-from scrapeflow.jobs._jobtable import job_from_row, job_row, jobs_table, upgrade_jobs_table
+from scrapeflow.jobs._jobtable import (
+    ended_values,
+    job_from_row,
+    job_row,
+    jobs_table,
+    upgrade_jobs_table,
+)
 from scrapeflow.jobs._model import (
     ACTIVE_STATES,
     Job,
@@ -379,16 +385,7 @@ class SqlJobStore(WorkerWrites):
         error: str | None = None,
         progress: dict[str, int] | None = None,
     ) -> bool:
-        values: dict[str, Any] = {
-            "state": state.value,
-            "finished_at": now,
-            "result": result,
-            "error": error,
-            "active_key": None,
-            "owner": None,
-        }
-        if progress is not None:
-            values["progress"] = progress
+        values = ended_values(state, now, result, error, progress)
         async with self.engine.begin() as connection:
             done = await connection.execute(
                 update(jobs_table)

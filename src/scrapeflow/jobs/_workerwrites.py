@@ -16,7 +16,7 @@ from sqlalchemy.dialects.postgresql import ARRAY
 from sqlalchemy.ext.asyncio import AsyncEngine
 
 from scrapeflow.db import UTCDateTime
-from scrapeflow.jobs._jobtable import job_from_row, jobs_table
+from scrapeflow.jobs._jobtable import ended_values, job_from_row, jobs_table
 from scrapeflow.jobs._model import Job, JobState
 
 __all__ = ["WorkerWrites"]
@@ -146,16 +146,7 @@ class WorkerWrites:
         """:meth:`finish` that returns the job as ended (None when ``owner`` no longer held
         it): one statement, and what a listener is told needs no second read."""
         c = jobs_table.c
-        values: dict[str, Any] = {
-            "state": state.value,
-            "finished_at": now,
-            "result": result,
-            "error": error,
-            "active_key": None,
-            "owner": None,
-        }
-        if progress is not None:
-            values["progress"] = progress
+        values = ended_values(state, now, result, error, progress)
         async with self.engine.begin() as connection:
             row = (
                 await connection.execute(
