@@ -12,7 +12,7 @@ import re
 from collections.abc import Awaitable, Callable, Iterator
 from typing import TYPE_CHECKING, Annotated, Literal
 
-from fastapi import APIRouter, Depends, Path, Query
+from fastapi import APIRouter, Depends, Path, Query, Request
 from fastapi.responses import JSONResponse
 
 from scrapeflow.banking import BANK_OTP, BANK_REFRESH, otp_key, refresh_key
@@ -76,13 +76,10 @@ def _for_customer(scope: Scope, *, look_up: bool = True) -> Callable[..., Awaita
     Checked before the body is read, so a caller learns nothing from validation."""
     authenticate = caller_with(scope)
 
-    # A default, not an annotation: annotations are strings here, and a closure's local
-    # would not resolve.
-    async def dependency(
-        customer: str,
-        state: State,
-        key: ApiKey = Depends(authenticate),  # noqa: B008
-    ) -> ApiKey:
+    # The caller is found here, not as a dependency of its own: each level of dependencies
+    # costs FastAPI a resolution on every request.
+    async def dependency(customer: str, state: State, request: Request) -> ApiKey:
+        key = await authenticate(request)
         canonical_customer_id(customer)
         check_customer(key, customer)
         if look_up:
