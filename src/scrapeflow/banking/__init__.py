@@ -26,115 +26,215 @@
 
 from __future__ import annotations
 
+import importlib
+from typing import TYPE_CHECKING, Any
+
 # The shipped scrapers' package first: importing it later (the registry loads entry points)
 # would otherwise rebind this package's ``scrapers`` from the function to that package.
 from scrapeflow.banking import scrapers as _shipped_scrapers  # noqa: F401
-from scrapeflow.banking._directory import (
-    MAX_PASSWORD,
-    add_access,
-    add_customer,
-    change_password,
-    enable_access,
-    find_customer,
-    rename_customer,
-    validate_customer_id,
-    validate_customer_name,
-    validate_login,
-    validate_password,
-)
-from scrapeflow.banking._events import EventKind, EventSink, LaunchEvent
-from scrapeflow.banking._export import to_csv, to_json, to_ofx
-from scrapeflow.banking._formats import (
-    compact,
-    parse_amount,
-    parse_es_amount,
-    parse_es_date,
-    parse_iso_date,
-)
-from scrapeflow.banking._jobs import (
-    BANK_ACCESS,
-    BANK_EVENT_NAMES,
-    BANK_OTP,
-    BANK_REFRESH,
-    BankJobEvent,
-    BankJobEventSink,
-    BankJobs,
-    bank_job_kinds,
-    otp_key,
-    refresh_key,
-    refresh_reports,
-)
-from scrapeflow.banking._launcher import Launcher
-from scrapeflow.banking._migrate import MIGRATIONS_DIR, migrate
-from scrapeflow.banking._models import (
-    Access,
-    Account,
-    AccountRecord,
-    AccountType,
-    Base,
-    Contract,
-    Customer,
-    FinancialEntity,
-    InvalidAccount,
-    Movement,
-    MovementKeys,
-    MovementRecord,
-    MovementRemoval,
-    movement_key,
-    upsert_accounts,
-    upsert_movements,
-    validate_currency,
-    validate_iban,
-)
-from scrapeflow.banking._reads import (
-    AccessView,
-    AccountView,
-    CustomerPage,
-    CustomerState,
-    CustomerView,
-    MovementPosition,
-    MovementView,
-    Reads,
-    accesses_of,
-    accounts_of,
-    customer_page,
-    customer_row_id,
-    customer_status,
-    customer_views,
-    movement_page,
-    movement_position,
-    movements_of,
-)
 from scrapeflow.banking._registry import ENTRY_POINT_GROUP, get_scraper, register, scrapers
-from scrapeflow.banking._reports import AccessReport, LaunchLimits, LaunchReport
-from scrapeflow.banking._results import (
-    NEEDS_A_PERSON,
-    Outcome,
-    ResultCode,
-    ScrapeState,
-    outcome_of,
-)
-from scrapeflow.banking._scraper import (
-    AccessSink,
-    BasicScraper,
-    ContractInfo,
-    Credential,
-    IncrementalPolicy,
-    ScrapeContext,
-    result_for,
-)
-from scrapeflow.banking._setup import launcher_from_settings
-from scrapeflow.banking._state import StuckReset, reset_stuck
-from scrapeflow.banking._sync import (
-    MovementChange,
-    MovementChanges,
-    RemovedMovement,
-    movement_changes,
-)
-from scrapeflow.banking._vault import KEY_FILE_ENV, KEYS_ENV, CredentialVault, VaultError
-from scrapeflow.banking._watchdog import WatchdogReport, run_watchdog
-from scrapeflow.banking._writequeue import GroupedWrite, WriteQueue, queued_writes, writers_for
-from scrapeflow.banking._writer import SqlWriter, StoredAccounts, SyncWindow, Writer
+
+if TYPE_CHECKING:
+    from scrapeflow.banking._directory import (
+        MAX_PASSWORD,
+        add_access,
+        add_customer,
+        change_password,
+        enable_access,
+        find_customer,
+        rename_customer,
+        validate_customer_id,
+        validate_customer_name,
+        validate_login,
+        validate_password,
+    )
+    from scrapeflow.banking._events import EventKind, EventSink, LaunchEvent
+    from scrapeflow.banking._export import to_csv, to_json, to_ofx
+    from scrapeflow.banking._formats import (
+        compact,
+        parse_amount,
+        parse_es_amount,
+        parse_es_date,
+        parse_iso_date,
+    )
+    from scrapeflow.banking._jobs import (
+        BANK_ACCESS,
+        BANK_EVENT_NAMES,
+        BANK_OTP,
+        BANK_REFRESH,
+        BankJobEvent,
+        BankJobEventSink,
+        BankJobs,
+        bank_job_kinds,
+        otp_key,
+        refresh_key,
+        refresh_reports,
+    )
+    from scrapeflow.banking._launcher import Launcher
+    from scrapeflow.banking._migrate import MIGRATIONS_DIR, migrate
+    from scrapeflow.banking._models import (
+        Access,
+        Account,
+        AccountRecord,
+        AccountType,
+        Base,
+        Contract,
+        Customer,
+        FinancialEntity,
+        InvalidAccount,
+        Movement,
+        MovementKeys,
+        MovementRecord,
+        MovementRemoval,
+        movement_key,
+        upsert_accounts,
+        upsert_movements,
+        validate_currency,
+        validate_iban,
+    )
+    from scrapeflow.banking._reads import (
+        AccessView,
+        AccountView,
+        CustomerPage,
+        CustomerState,
+        CustomerView,
+        MovementPosition,
+        MovementView,
+        Reads,
+        accesses_of,
+        accounts_of,
+        customer_page,
+        customer_row_id,
+        customer_status,
+        customer_views,
+        movement_page,
+        movement_position,
+        movements_of,
+    )
+    from scrapeflow.banking._reports import AccessReport, LaunchLimits, LaunchReport
+    from scrapeflow.banking._results import (
+        NEEDS_A_PERSON,
+        Outcome,
+        ResultCode,
+        ScrapeState,
+        outcome_of,
+    )
+    from scrapeflow.banking._scraper import (
+        AccessSink,
+        BasicScraper,
+        ContractInfo,
+        Credential,
+        IncrementalPolicy,
+        ScrapeContext,
+        result_for,
+    )
+    from scrapeflow.banking._setup import launcher_from_settings
+    from scrapeflow.banking._state import StuckReset, reset_stuck
+    from scrapeflow.banking._sync import (
+        MovementChange,
+        MovementChanges,
+        RemovedMovement,
+        movement_changes,
+    )
+    from scrapeflow.banking._vault import KEY_FILE_ENV, KEYS_ENV, CredentialVault, VaultError
+    from scrapeflow.banking._watchdog import WatchdogReport, run_watchdog
+    from scrapeflow.banking._writequeue import GroupedWrite, WriteQueue, queued_writes, writers_for
+    from scrapeflow.banking._writer import SqlWriter, StoredAccounts, SyncWindow, Writer
+
+# Everything else is loaded on first use (PEP 562): a command that lists customers does not
+# pay for the launcher, the jobs or the scraper API (aiohttp). ``scrapers`` above is bound at
+# import, over the subpackage of the same name.
+_LAZY_FROM = {
+    "_directory": (
+        "MAX_PASSWORD",
+        "add_access",
+        "add_customer",
+        "change_password",
+        "enable_access",
+        "find_customer",
+        "rename_customer",
+        "validate_customer_id",
+        "validate_customer_name",
+        "validate_login",
+        "validate_password",
+    ),
+    "_events": ("EventKind", "EventSink", "LaunchEvent"),
+    "_export": ("to_csv", "to_json", "to_ofx"),
+    "_formats": ("compact", "parse_amount", "parse_es_amount", "parse_es_date", "parse_iso_date"),
+    "_jobs": (
+        "BANK_ACCESS",
+        "BANK_EVENT_NAMES",
+        "BANK_OTP",
+        "BANK_REFRESH",
+        "BankJobEvent",
+        "BankJobEventSink",
+        "BankJobs",
+        "bank_job_kinds",
+        "otp_key",
+        "refresh_key",
+        "refresh_reports",
+    ),
+    "_launcher": ("Launcher",),
+    "_migrate": ("MIGRATIONS_DIR", "migrate"),
+    "_models": (
+        "Access",
+        "Account",
+        "AccountRecord",
+        "AccountType",
+        "Base",
+        "Contract",
+        "Customer",
+        "FinancialEntity",
+        "InvalidAccount",
+        "Movement",
+        "MovementKeys",
+        "MovementRecord",
+        "MovementRemoval",
+        "movement_key",
+        "upsert_accounts",
+        "upsert_movements",
+        "validate_currency",
+        "validate_iban",
+    ),
+    "_reads": (
+        "AccessView",
+        "AccountView",
+        "CustomerPage",
+        "CustomerState",
+        "CustomerView",
+        "MovementPosition",
+        "MovementView",
+        "Reads",
+        "accesses_of",
+        "accounts_of",
+        "customer_page",
+        "customer_row_id",
+        "customer_status",
+        "customer_views",
+        "movement_page",
+        "movement_position",
+        "movements_of",
+    ),
+    "_reports": ("AccessReport", "LaunchLimits", "LaunchReport"),
+    "_results": ("NEEDS_A_PERSON", "Outcome", "ResultCode", "ScrapeState", "outcome_of"),
+    "_scraper": (
+        "AccessSink",
+        "BasicScraper",
+        "ContractInfo",
+        "Credential",
+        "IncrementalPolicy",
+        "ScrapeContext",
+        "result_for",
+    ),
+    "_setup": ("launcher_from_settings",),
+    "_state": ("StuckReset", "reset_stuck"),
+    "_sync": ("MovementChange", "MovementChanges", "RemovedMovement", "movement_changes"),
+    "_vault": ("KEY_FILE_ENV", "KEYS_ENV", "CredentialVault", "VaultError"),
+    "_watchdog": ("WatchdogReport", "run_watchdog"),
+    "_writequeue": ("GroupedWrite", "WriteQueue", "queued_writes", "writers_for"),
+    "_writer": ("SqlWriter", "StoredAccounts", "SyncWindow", "Writer"),
+}
+_LAZY = {name: f"{__name__}.{module}" for module, names in _LAZY_FROM.items() for name in names}
 
 __all__ = [
     "BANK_ACCESS",
@@ -249,3 +349,16 @@ __all__ = [
     "validate_password",
     "writers_for",
 ]
+
+
+def __getattr__(name: str) -> Any:
+    module = _LAZY.get(name)
+    if module is None:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    value = getattr(importlib.import_module(module), name)
+    globals()[name] = value  # once loaded, a plain attribute
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted({*globals(), *_LAZY})

@@ -15,6 +15,7 @@ is at most :data:`MAX_PASSWORD` characters.
 from __future__ import annotations
 
 import unicodedata
+from typing import TYPE_CHECKING
 
 from sqlalchemy import String, select
 from sqlalchemy.exc import IntegrityError
@@ -26,9 +27,13 @@ from scrapeflow.banking._models import (
     FinancialEntity,
 )
 from scrapeflow.banking._registry import get_scraper
-from scrapeflow.banking._scraper import BasicScraper
-from scrapeflow.banking._vault import CredentialVault
 from scrapeflow.errors import InputError
+
+if TYPE_CHECKING:
+    # Only annotations here: the scraper API pulls the HTTP client (aiohttp) and the vault
+    # cryptography, which checking an id or listing customers does not need.
+    from scrapeflow.banking._scraper import BasicScraper
+    from scrapeflow.banking._vault import CredentialVault
 
 __all__ = [
     "MAX_PASSWORD",

@@ -13,10 +13,15 @@ The entry point's name is the bank's code (``FinancialEntity.code``) and must eq
 from __future__ import annotations
 
 from importlib.metadata import entry_points
+from typing import TYPE_CHECKING
 
 from scrapeflow._util.logs import get_logger
-from scrapeflow.banking._scraper import BasicScraper
 from scrapeflow.errors import ConfigError, UnknownScraper
+
+if TYPE_CHECKING:
+    # At run time imported where a scraper is checked: the scraper API pulls the HTTP client
+    # (aiohttp), which commands that only name banks (or none) do not need.
+    from scrapeflow.banking._scraper import BasicScraper
 
 __all__ = ["ENTRY_POINT_GROUP", "get_scraper", "register", "scrapers"]
 
@@ -29,6 +34,8 @@ _loaded: dict[str, type[BasicScraper]] | None = None
 def _load() -> dict[str, type[BasicScraper]]:
     global _loaded
     if _loaded is None:
+        from scrapeflow.banking._scraper import BasicScraper
+
         found: dict[str, type[BasicScraper]] = {}
         for point in entry_points(group=ENTRY_POINT_GROUP):
             try:
@@ -64,6 +71,8 @@ def get_scraper(bank: str) -> type[BasicScraper]:
 
 def register(cls: type[BasicScraper]) -> type[BasicScraper]:
     """Register ``cls`` under ``cls.bank`` (usable as a class decorator)."""
+    from scrapeflow.banking._scraper import BasicScraper
+
     if not (isinstance(cls, type) and issubclass(cls, BasicScraper)):
         raise ConfigError(f"{cls!r} is not a BasicScraper subclass")
     if not getattr(cls, "bank", ""):

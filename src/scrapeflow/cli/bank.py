@@ -20,7 +20,6 @@ bank rows stuck in progress.
 
 from __future__ import annotations
 
-import asyncio
 import enum
 import sys
 from datetime import date
@@ -281,6 +280,8 @@ async def _refresh_jobs(config: Settings, wanted: list[str], *, quiet: bool) -> 
     """Check every customer, then queue a ``bank.refresh`` job for each (or join the one under
     way) and run them here, to their end. Cancelled (Ctrl-C, SIGTERM), it cancels the jobs it
     queued; one it joined goes on (run here, it is put back in the queue)."""
+    import asyncio
+
     from scrapeflow.banking import (
         BANK_REFRESH,
         BankJobs,

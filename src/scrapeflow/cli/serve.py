@@ -2,10 +2,8 @@
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
 import os
-import socket
 from collections.abc import Awaitable, Callable
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Annotated, Any, TypeVar
@@ -15,6 +13,9 @@ import typer
 from scrapeflow.cli._common import HELP_OPTION, fail, input_errors, out, run_async, settings
 
 if TYPE_CHECKING:
+    import asyncio
+    import socket
+
     from fastapi import FastAPI
     from sqlalchemy.ext.asyncio import AsyncEngine
 
@@ -92,6 +93,8 @@ def _serve_one(
 ) -> bool:
     """Serve ``app`` on ``listener`` in this process until SIGTERM or Ctrl-C; ``serving`` is
     called once it serves. Whether it served."""
+    import asyncio
+
     import uvicorn
 
     from scrapeflow.server._connections import uvicorn_config
@@ -139,6 +142,8 @@ def _serve_one(
 def _loop_runner() -> asyncio.Runner:
     """The service's event loop: uvloop's where it is installed (a dependency on Linux and
     macOS: about a fifth less CPU a request than asyncio's own loop), else asyncio's."""
+    import asyncio
+
     try:
         import uvloop
     except ImportError:  # pragma: no cover - Windows, or an install without it

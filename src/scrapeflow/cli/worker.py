@@ -3,19 +3,15 @@
 
 from __future__ import annotations
 
-import asyncio
-import contextlib
-import signal
-from contextlib import nullcontext
 from typing import TYPE_CHECKING, Annotated
 
 import typer
 
-from scrapeflow._util.logs import get_logger
-from scrapeflow._util.redact import redact
 from scrapeflow.cli._common import fail, input_errors, out, settings
 
 if TYPE_CHECKING:
+    import asyncio
+
     from sqlalchemy.ext.asyncio import AsyncEngine
 
     from scrapeflow.config import Settings
@@ -23,7 +19,6 @@ if TYPE_CHECKING:
 
 __all__ = ["worker"]
 
-_log = get_logger(__name__)
 _FIRST_PAUSE = 1.0
 _MOST_PAUSE = 30.0
 
@@ -50,6 +45,8 @@ def worker(
     service, it keeps the daily schedule: the day's run is planned and each customer's refresh
     queued once, whichever of them looks first, so the run happens while any of them is up.
     """
+    import asyncio
+
     config = settings(
         ctx, job_concurrency=concurrency, flag_names={"job_concurrency": "--concurrency"}
     )
@@ -68,12 +65,19 @@ async def _work(config: Settings) -> None:
     """Take jobs until SIGTERM or SIGINT. When the job worker stops by itself (the database
     went away: procrastinate's worker does not ride an outage out), start it again, waiting
     1, 2, 4… (at most 30) seconds between tries, until the database answers again."""
+    import asyncio
+    import contextlib
+    import signal
+
+    from scrapeflow._util.logs import get_logger
+    from scrapeflow._util.redact import redact
     from scrapeflow.banking import migrate
     from scrapeflow.db import create_engine
     from scrapeflow.server._events import EventLog
     from scrapeflow.server._keys import open_keys
     from scrapeflow.server._webhooks import Webhooks
 
+    log = get_logger(__name__)
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     for signum in (signal.SIGTERM, signal.SIGINT):
@@ -90,13 +94,13 @@ async def _work(config: Settings) -> None:
                 try:
                     ran = await _take_jobs(config, engine, events, stop, announce=first)
                 except Exception as exc:  # could not start: the database is still away
-                    _log.warning("the job worker could not start", error=redact(repr(exc)))
+                    log.warning("the job worker could not start", error=redact(repr(exc)))
                     ran = False
                 if stop.is_set():
                     return
                 first = False if ran else first
                 pause = _FIRST_PAUSE if ran else min(pause * 2, _MOST_PAUSE)
-                _log.warning("the job worker stopped: starting it again", seconds=pause)
+                log.warning("the job worker stopped: starting it again", seconds=pause)
                 with contextlib.suppress(TimeoutError):
                     async with asyncio.timeout(pause):
                         await stop.wait()
@@ -109,6 +113,10 @@ async def _take_jobs(
 ) -> bool:
     """Run the job queue (and the daily schedule) until ``stop``, or until the queue's worker
     ends by itself; True once it was taking jobs."""
+    import asyncio
+    from contextlib import nullcontext
+
+    from scrapeflow._util.logs import get_logger
     from scrapeflow.db import session_factory
     from scrapeflow.server._daily import daily_refresh
     from scrapeflow.server._work import job_queue
@@ -127,7 +135,7 @@ async def _take_jobs(
                 soft_wrap=True,
             )
         else:
-            _log.warning("the job worker is taking jobs again")
+            get_logger(__name__).warning("the job worker is taking jobs again")
         asked = asyncio.ensure_future(stop.wait())
         running = getattr(queue, "worker", None)
         waited = {asked} if running is None else {asked, running}
