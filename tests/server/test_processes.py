@@ -209,4 +209,17 @@ def test_a_service_process_that_dies_is_started_again(
                     break
                 assert time.monotonic() < deadline, "the process was not started again"
                 time.sleep(0.2)
+        # ... and the new one serves: a request that it accepted is answered. Left before it
+        # serves, the test's SIGTERM would reach the supervisor while that process starts, and
+        # the stop would wait out its 20 s timeout.
+        [reborn] = [p for p in children if p.pid != survivor.pid]
+        while True:
+            try:
+                connection = _connection_to(service, reborn)
+                break
+            except AssertionError:  # not accepting yet: the survivor took every connection
+                assert time.monotonic() < deadline, "the new process never served"
+        connection.request("GET", "/healthz")
+        assert connection.getresponse().status == 200
+        connection.close()
         assert survivor.is_running()

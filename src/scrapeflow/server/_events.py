@@ -212,7 +212,11 @@ class EventLog:
                     last = None  # the streams that open next read the log themselves
                     continue
                 if last is None:
+                    # The first look since streams opened: events stored after a stream's own
+                    # read and before this look are behind the tail's start; every stream
+                    # reads past its own position once, and none waits for its catch-up.
                     last = await self._last_id()
+                    self._wake_for(None, None)
                     continue
                 last = await self._wake_since(last)
             except Exception as exc:  # the database away for a moment: look again later
