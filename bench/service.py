@@ -81,6 +81,13 @@ from banking import tinyproxies
 BANKS = ("formbank", "apibank", "legacybank")
 SEED = 7
 RESULTS = Path(__file__).resolve().parent / "results" / "service.json"
+
+
+def results_file(args: argparse.Namespace) -> Path:
+    """``service.json`` for SQLite, ``service-postgres.json`` for PostgreSQL: each its own."""
+    return RESULTS if args.db == "sqlite" else RESULTS.with_name("service-postgres.json")
+
+
 PG_ADMIN = "postgresql://postgres@127.0.0.1:5432/postgres"
 GOALS = {
     "read_p95": 0.100,
@@ -864,7 +871,7 @@ def summarize(args: argparse.Namespace, raw: dict[str, Any]) -> dict[str, Any]:
             "clients_peak_rss_mb": m["peak_rss_mb"],
             "refreshes_not_started": m["not_started"],
         },
-        "results_file": str(RESULTS.relative_to(REPO)),
+        "results_file": str(results_file(args).relative_to(REPO)),
     }
 
 
@@ -1013,8 +1020,9 @@ def main(argv: Sequence[str] | None = None) -> None:
     print_table(out)
     if raw["service_stderr_tail"].strip():
         print(f"  service stderr (tail):\n{raw['service_stderr_tail']}")
-    RESULTS.parent.mkdir(parents=True, exist_ok=True)
-    RESULTS.write_text(json.dumps(out, indent=2) + "\n")
+    where = results_file(args)
+    where.parent.mkdir(parents=True, exist_ok=True)
+    where.write_text(json.dumps(out, indent=2) + "\n")
     print(f"\nresults in {out['results_file']}")
 
 
