@@ -340,7 +340,7 @@ class EmbeddedJobQueue(StoredJobs):
         stored = await self.store.add(job)
         if stored is job:  # stored now, not found (a dedupe key's holder, a follow-up)
             self._created.add(job.id)
-            await self._tell(job.id)
+            await self._tell_job(job)  # as written: no read of it back
         if self._claimable is not None:
             self._claimable.add(stored.id)
         self._wake.set()
