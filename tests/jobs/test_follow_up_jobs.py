@@ -25,6 +25,7 @@ from scrapeflow.jobs import (
     Job,
     JobContext,
     JobState,
+    Lane,
     ProcrastinateJobQueue,
     SqlJobStore,
 )
@@ -370,3 +371,33 @@ async def test_cancelling_a_job_cancels_its_parts_on_any_worker(pg_url: str) -> 
     assert ended.state is JobState.CANCELLED
     assert [job.state for job in every_part] == [JobState.CANCELLED] * 3
     assert parts.cancelled == {0, 1, 2}
+
+
+async def test_parts_another_worker_ran_while_this_one_had_no_place_for_them(pg_url: str) -> None:
+    """Worker a's only place for parts is held by a job that hangs when its ``whole`` queues
+    two parts: a waits for that place to run them, and worker b, started then, runs both. The
+    ``whole`` ends succeeded with both parts' results while that place is still held (a join
+    that ended with tasks still waiting for a place failed the job)."""
+    parts = Parts()
+    timings: dict[str, Any] = {"heartbeat": 0.5, "stalled_after": 2.0, "sweep_every": 1}
+    timings |= {"poll": 0.2, "grace": 2.0, "concurrency": 1}
+    lane = Lane("parts", frozenset({"part"}), 1)
+    async with ProcrastinateJobQueue(pg_url, parts.kinds("a"), lanes=[lane], **timings) as a:
+        slow = await a.submit("part", {"i": 99, "hang": True})
+        async with asyncio.timeout(BOUND):
+            while (await a.get(slow.id)).state is not JobState.RUNNING:  # type: ignore[union-attr]
+                await asyncio.sleep(0.05)
+            whole = await a.submit("whole", {"n": 2})
+            while len(await a.find(kind="part", states=(JobState.QUEUED,))) < 2:
+                await asyncio.sleep(0.05)
+            await asyncio.sleep(0.5)  # a's join has looked, and waits for the place
+            async with ProcrastinateJobQueue(pg_url, parts.kinds("b"), lanes=[lane], **timings):
+                ended = await a.wait(whole.id)
+            assert (await a.get(slow.id)).state is JobState.RUNNING  # type: ignore[union-attr]
+            await a.cancel(slow.id)
+            assert (await a.wait(slow.id)).state is JobState.CANCELLED
+
+    assert ended.state is JobState.SUCCEEDED, ended.error
+    assert ended.result is not None and ended.result["states"] == ["succeeded"] * 2
+    assert [part["on"] for part in ended.result["parts"]] == ["b", "b"]
+    assert parts.ran == {"b": 2} and parts.cancelled == {99}

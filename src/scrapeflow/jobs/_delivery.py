@@ -157,16 +157,17 @@ class DeliveryRunner:
             return  # cancelled, ended, or running on a live worker: a duplicate delivery
         await self._run(dispatch, _Run(JobContext(job, self._followers(dispatch)), owner, place))
 
-    async def run_inline(
-        self, dispatch: DispatchContext, job: Job, place: asyncio.Semaphore
+    async def _run_inline(
+        self, dispatch: DispatchContext, job: Job, place: asyncio.Semaphore, seated: set[str]
     ) -> None:
         """Run follow-up ``job`` here, inside the delivery ``dispatch`` (a part its job waits
-        for), once a place of its lane is free, if it is still to run then. Stopped with that
-        delivery, it ends as the delivery does: a user's abort cancels it, a shutdown hands it
-        back to the queue."""
+        for), once a place of its lane is free, if it is still to run then (its id joins
+        ``seated`` once it has the place). Stopped with that delivery, it ends as the delivery
+        does: a user's abort cancels it, a shutdown hands it back to the queue."""
         tag = run_tag(dispatch.job.id, dispatch.job.attempts)
         owner = run_owner(self.name, tag, secrets.token_hex(3), part=True)
         await place.acquire()
+        seated.add(job.id)
         try:
             claimed = await self._claim(dispatch, job.id, owner, inline=True)
         except BaseException:
@@ -310,6 +311,7 @@ class DeliveryRunner:
             run.place.release()
         by_id = {job.id: job for job in jobs}
         inline: dict[str, asyncio.Task[None]] = {}
+        seated: set[str] = set()
         attempt = dispatch.job.attempts
         try:
             while True:
@@ -334,15 +336,22 @@ class DeliveryRunner:
                     )
                     here = inline.get(job_id)
                     if takeable and (here is None or here.done()):
+                        seated.discard(job_id)
                         part = by_id[job_id]
                         inline[job_id] = asyncio.create_task(
-                            self.run_inline(
-                                dispatch, part, self._place_of(self._queue_of(part.kind))
+                            self._run_inline(
+                                dispatch,
+                                part,
+                                self._place_of(self._queue_of(part.kind)),
+                                seated,
                             ),
                             name=f"part-{job_id}",
                         )
                 running_here = {t for t in inline.values() if not t.done()}
-                elsewhere = any(i not in inline or inline[i].done() for i in waiting)
+                # a part not running here (nor seated to: another worker may take it first)
+                elsewhere = any(
+                    i not in inline or inline[i].done() or i not in seated for i in waiting
+                )
                 if running_here:
                     await asyncio.wait(
                         running_here,
@@ -351,6 +360,14 @@ class DeliveryRunner:
                     )
                 else:
                     await asyncio.sleep(self.poll)
+            # Every part has ended, and a task of ours may not have: one still waiting for a
+            # place while another worker ran its part has nothing left to run; one that has its
+            # place is on its way out (between storing its part's end and giving it back).
+            for job_id, task in inline.items():
+                if job_id not in seated:
+                    task.cancel()
+            if inline:
+                await asyncio.wait(inline.values())
         except BaseException:
             for task in inline.values():
                 task.cancel()
