@@ -223,3 +223,28 @@ def test_a_service_process_that_dies_is_started_again(
         assert connection.getresponse().status == 200
         connection.close()
         assert survivor.is_running()
+
+
+def test_sigterm_while_a_process_is_started_again_stops_the_service(
+    request: pytest.FixtureRequest, tmp_path: Path, sandbox: Sandbox
+) -> None:
+    """SIGTERM reaches the supervisor while the process it starts again after a death starts:
+    that one stops too, and the service exits 0 (the supervisor used to wait for it forever)."""
+    db_url = service_database(request, tmp_path, "embedded")
+    env = service_env(tmp_path, sandbox, db_url, customers=[1], backend="embedded") | TWO
+    process, url = start_service(env)
+    try:
+        victim, survivor = _serving(Service(url, env, db_url, process), 2)
+        victim.send_signal(signal.SIGKILL)
+        victim.wait(10)
+        supervisor = psutil.Process(process.pid)
+        deadline = time.monotonic() + 30
+        while {p.pid for p in supervisor.children()} <= {survivor.pid}:
+            assert time.monotonic() < deadline, "the process was not started again"
+            time.sleep(0.01)
+        [reborn] = [p for p in supervisor.children() if p.pid != survivor.pid]
+        process.terminate()  # the new process is starting: it serves only a second later
+        assert process.wait(timeout=60) == 0
+    finally:
+        stop_service(process)
+    assert not [p.pid for p in (reborn, survivor) if p.is_running() and p.status() != "zombie"]

@@ -53,25 +53,29 @@ def supervise(serve: Serve, processes: int, announce: Callable[[], None]) -> int
 
     def forward(signum: int, _frame: object) -> None:
         stopping.set()
-        for pid in children:
+        for pid in list(children):
             with contextlib.suppress(ProcessLookupError):
                 os.kill(pid, signal.SIGTERM)
 
+    def start(place: int) -> tuple[int, int]:
+        """A process forked for ``place``, known to ``forward`` from its first instant: a
+        signal while it starts stops it too (the supervisor would wait for it forever)."""
+        pid, read_end = _start(serve, place)
+        children[pid] = place
+        if stopping.is_set():  # the signal came between the fork and the line above
+            forward(signal.SIGTERM, None)
+        return pid, read_end
+
     previous = {s: signal.signal(s, forward) for s in (signal.SIGTERM, signal.SIGINT)}
     try:
-        first = _start(serve, 0)
-        if first is None:
-            return 1
-        children[first[0]] = 0
-        if not _ready(first[1], first[0]) or stopping.is_set():
+        first, read_end = start(0)
+        if not _ready(read_end, first) or stopping.is_set():
             forward(signal.SIGTERM, None)
             _reap_all(children)
             return 0 if stopping.is_set() else 1
-        others = [_start(serve, place) for place in range(1, processes)]
-        started = [o for o in others if o is not None]
-        for pid, _ in started:
-            children[pid] = len(children)
-        if all(_ready(fd, pid) for pid, fd in started) and not stopping.is_set():
+        started = [start(place) for place in range(1, processes)]
+        serving = [_ready(fd, pid) for pid, fd in started]  # each pipe read, and closed
+        if all(serving) and not stopping.is_set():
             announce()
         while children:
             try:
@@ -87,19 +91,16 @@ def supervise(serve: Serve, processes: int, announce: Callable[[], None]) -> int
                 exit_status=os.waitstatus_to_exitcode(status),
             )
             time.sleep(_RESTART_AFTER)
-            if stopping.is_set():
-                continue
-            again = _start(serve, place)
-            if again is not None:
-                _ready(again[1], again[0])  # one that could not start is reaped, and tried again
-                children[again[0]] = place
+            if not stopping.is_set():
+                pid, read_end = start(place)
+                _ready(read_end, pid)  # one that cannot start ends, and is tried again
         return 0
     finally:
         for signum, handler in previous.items():
             signal.signal(signum, handler)
 
 
-def _start(serve: Serve, place: int) -> tuple[int, int] | None:
+def _start(serve: Serve, place: int) -> tuple[int, int]:
     """Fork one service process; its pid and the pipe it reports it serves on."""
     read_end, write_end = os.pipe()
     pid = os.fork()
