@@ -6,9 +6,10 @@ its next poll."""
 from __future__ import annotations
 
 import asyncio
+import time
 from collections.abc import Sequence
 
-from sqlalchemy.ext.asyncio import AsyncConnection
+from sqlalchemy import Connection, text
 
 from scrapeflow.db import create_engine
 from scrapeflow.server._events import Event, EventLog
@@ -16,9 +17,14 @@ from scrapeflow.server._events import Event, EventLog
 APPENDS = 40
 
 
-async def slow_outbox(connection: AsyncConnection, events: Sequence[Event]) -> None:
-    """Holds the events' transaction open a moment, as a webhook fan-out to many keys does."""
-    await asyncio.sleep(0.02)
+def slow_outbox(connection: Connection, events: Sequence[Event]) -> None:
+    """Holds the events' transaction open a moment, as a webhook fan-out to many keys does: in
+    the database on PostgreSQL (the other writers go on meanwhile); SQLite has one writer at a
+    time, and this one holds the process too."""
+    if connection.dialect.name == "postgresql":
+        connection.execute(text("SELECT pg_sleep(0.02)"))
+    else:
+        time.sleep(0.02)
 
 
 async def test_a_reader_never_skips_an_event_another_process_commits_late(db_url: str) -> None:

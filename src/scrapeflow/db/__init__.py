@@ -25,6 +25,7 @@ from scrapeflow.db._engine import (
 from scrapeflow.db._errors import connection_lost, database_errors, unusable_reason
 from scrapeflow.db._migrate import alembic_config, head_revision, migrate
 from scrapeflow.db._quick import QuickQuery, QuickReads
+from scrapeflow.db._quickwrite import write
 from scrapeflow.db._tables import create_tables
 from scrapeflow.db._types import Money, UTCDateTime
 from scrapeflow.db._upsert import portable_statements, upsert, upsert_sync
@@ -49,4 +50,5 @@ __all__ = [
     "unusable_reason",
     "upsert",
     "upsert_sync",
+    "write",
 ]

@@ -22,7 +22,9 @@ from datetime import datetime
 from typing import Any, Protocol
 
 from sqlalchemy import (
+    Connection,
     and_,
+    bindparam,
     false,
     func,
     insert,
@@ -35,7 +37,7 @@ from sqlalchemy.exc import IntegrityError
 from sqlalchemy.ext.asyncio import AsyncEngine
 from sqlalchemy.sql.elements import ColumnElement
 
-from scrapeflow.db import create_engine
+from scrapeflow.db import create_engine, write
 from scrapeflow.jobs._jobtable import (
     ended_values,
     job_from_row,
@@ -185,10 +187,10 @@ class SqlJobStore(WorkerWrites):
             self._engine = None
 
     async def add(self, job: Job) -> Job:
+        store = insert(jobs_table).values(**job_row(job))
         for _ in range(3):
             try:
-                async with self.engine.begin() as connection:
-                    await connection.execute(insert(jobs_table).values(**job_row(job)))
+                await write(self.engine, lambda c: c.execute(store))
             except IntegrityError:
                 same = await self.get(job.id)
                 if same is not None:  # a follow-up queued again: the one queued before
@@ -326,29 +328,30 @@ class SqlJobStore(WorkerWrites):
             query = query.where(jobs_table.c.kind.in_(list(kinds)))
         if other_than:
             query = query.where(jobs_table.c.kind.not_in(list(other_than)))
-        claimed: list[Job] = []
-        async with self.engine.begin() as connection:
-            candidates = (await connection.execute(query)).scalars()
-            for job_id in list(candidates):
-                won = await connection.execute(
-                    update(jobs_table)
-                    .where(jobs_table.c.id == job_id, jobs_table.c.state == JobState.QUEUED.value)
-                    .values(
-                        state=JobState.RUNNING.value,
-                        owner=owner,
-                        started_at=now,
-                        heartbeat_at=now,
-                        attempts=jobs_table.c.attempts + 1,
-                    )
+        c = jobs_table.c
+
+        def take(connection: Connection) -> dict[str, Job]:
+            candidates = list(connection.execute(query).scalars())
+            if not candidates:
+                return {}
+            # One statement for them all (one a job held SQLite's write lock longer); a job
+            # another process claimed since the read is no longer queued, and left out.
+            won = connection.execute(
+                update(jobs_table)
+                .where(c.id.in_(candidates), c.state == JobState.QUEUED.value)
+                .values(
+                    state=JobState.RUNNING.value,
+                    owner=owner,
+                    started_at=now,
+                    heartbeat_at=now,
+                    attempts=c.attempts + 1,
                 )
-                if won.rowcount == 1:
-                    row = (
-                        await connection.execute(
-                            select(jobs_table).where(jobs_table.c.id == job_id)
-                        )
-                    ).one()
-                    claimed.append(job_from_row(row._mapping))
-        return claimed
+                .returning(*c)
+            )
+            claimed = {row.id: job_from_row(row._mapping) for row in won}
+            return {job_id: claimed[job_id] for job_id in candidates if job_id in claimed}
+
+        return list((await write(self.engine, take)).values())
 
     async def heartbeat(
         self, owner: str, progress: dict[str, dict[str, int]], now: datetime
@@ -356,23 +359,23 @@ class SqlJobStore(WorkerWrites):
         if not progress:
             return set()
         held = and_(jobs_table.c.owner == owner, jobs_table.c.state == JobState.RUNNING.value)
-        async with self.engine.begin() as connection:
-            for job_id, counts in progress.items():
-                await connection.execute(
-                    update(jobs_table)
-                    .where(jobs_table.c.id == job_id, held)
-                    .values(heartbeat_at=now, progress=counts)
-                )
-            asked = (
-                await connection.execute(
-                    select(jobs_table.c.id).where(
-                        jobs_table.c.id.in_(list(progress)),
-                        held,
-                        jobs_table.c.cancel_requested.is_(True),
-                    )
-                )
-            ).scalars()
-            return set(asked)
+        stamp = (
+            update(jobs_table)
+            .where(jobs_table.c.id == bindparam("job_id"), held)
+            .values(
+                heartbeat_at=now, progress=bindparam("counts", type_=jobs_table.c.progress.type)
+            )
+        )
+        rows = [{"job_id": job_id, "counts": counts} for job_id, counts in progress.items()]
+        asked = select(jobs_table.c.id).where(
+            jobs_table.c.id.in_(list(progress)), held, jobs_table.c.cancel_requested.is_(True)
+        )
+
+        def stamp_all(connection: Connection) -> set[str]:
+            connection.execute(stamp, rows)  # one statement for every job (executemany)
+            return set(connection.execute(asked).scalars())
+
+        return await write(self.engine, stamp_all)
 
     async def finish(
         self,
@@ -385,18 +388,16 @@ class SqlJobStore(WorkerWrites):
         error: str | None = None,
         progress: dict[str, int] | None = None,
     ) -> bool:
-        values = ended_values(state, now, result, error, progress)
-        async with self.engine.begin() as connection:
-            done = await connection.execute(
-                update(jobs_table)
-                .where(
-                    jobs_table.c.id == job_id,
-                    jobs_table.c.owner == owner,
-                    jobs_table.c.state == JobState.RUNNING.value,
-                )
-                .values(**values)
+        end = (
+            update(jobs_table)
+            .where(
+                jobs_table.c.id == job_id,
+                jobs_table.c.owner == owner,
+                jobs_table.c.state == JobState.RUNNING.value,
             )
-        return bool(done.rowcount == 1)
+            .values(**ended_values(state, now, result, error, progress))
+        )
+        return await write(self.engine, lambda c: c.execute(end).rowcount == 1)
 
     async def release(self, job_id: str, owner: str) -> None:
         async with self.engine.begin() as connection:

@@ -45,6 +45,7 @@ from sqlalchemy import (
     JSON,
     BigInteger,
     Column,
+    Connection,
     Index,
     Integer,
     MetaData,
@@ -55,11 +56,11 @@ from sqlalchemy import (
     select,
     text,
 )
-from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
+from sqlalchemy.ext.asyncio import AsyncEngine
 
 from scrapeflow._util.logs import get_logger
 from scrapeflow._util.tasks import stop_task
-from scrapeflow.db import UTCDateTime, create_tables
+from scrapeflow.db import UTCDateTime, create_tables, write
 from scrapeflow.jobs import Job, JobState
 from scrapeflow.server._notify import EventNotices
 
@@ -136,7 +137,7 @@ _TAIL_ROWS = 1_000
 _EVENT_WRITERS_LOCK = 0x5CF1E7E4
 """The PostgreSQL advisory lock the event writers of every process take turns on."""
 
-Outbox = Callable[[AsyncConnection, Sequence[Event]], Awaitable[bool | None]]
+Outbox = Callable[[Connection, Sequence[Event]], bool | None]
 """Writes what must be sent about new events, on the connection (and in the transaction) that
 stores them: the events a transaction stores together, in the order of their ids. True when it
 wrote something (then :attr:`EventLog.next_change` is set once it is committed)."""
@@ -294,37 +295,40 @@ class EventLog:
             self._wake(events)
 
     async def _store(self, batch: list[_NewEvent]) -> list[Event]:
-        async with self.engine.begin() as connection:
+        rows = [
+            {"customer": n.customer, "job_id": n.job_id, "kind": n.kind, "data": n.data, "at": n.at}
+            for n in batch
+        ]
+        outbox, notices = self.outbox, self._notices
+        wrote = False
+
+        def store(connection: Connection) -> list[Event]:
+            nonlocal wrote
             if connection.dialect.name == "postgresql":
-                await connection.execute(
+                connection.execute(
                     text("SELECT pg_advisory_xact_lock(:key)"), {"key": _EVENT_WRITERS_LOCK}
                 )
             # One statement for the batch, its ids returned in the order of the rows.
-            ids = await connection.execute(
+            ids = connection.execute(
                 insert(events_table).returning(events_table.c.id, sort_by_parameter_order=True),
-                [
-                    {
-                        "customer": new.customer,
-                        "job_id": new.job_id,
-                        "kind": new.kind,
-                        "data": new.data,
-                        "at": new.at,
-                    }
-                    for new in batch
-                ],
+                rows,
             )
             stored = [
                 Event(int(event_id), new.kind, new.customer, new.job_id, new.data, new.at)
                 for (event_id,), new in zip(ids.all(), batch, strict=True)
             ]
-            if self.outbox is not None and await self.outbox(connection, stored):
-                self._outbox_wrote = True
-            if self._notices is not None:
-                await self._notices.send(
+            wrote = bool(outbox is not None and outbox(connection, stored))
+            if notices is not None:
+                notices.send(
                     connection,
                     {e.customer for e in stored if e.customer is not None},
                     {e.job_id for e in stored if e.job_id is not None},
                 )
+            return stored
+
+        stored = await write(self.engine, store)
+        if wrote:
+            self._outbox_wrote = True
         return stored
 
     def _wake(self, events: list[Event]) -> None:

@@ -18,8 +18,8 @@ from collections.abc import Callable, Collection
 from typing import Any
 
 import orjson
-from sqlalchemy import text
-from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
+from sqlalchemy import Connection, text
+from sqlalchemy.ext.asyncio import AsyncEngine
 
 from scrapeflow._util.logs import get_logger
 from scrapeflow._util.tasks import stop_task
@@ -48,14 +48,14 @@ class EventNotices:
         self.listening = asyncio.Event()
         """Set while the listening connection is up (tests wait on it)."""
 
-    async def send(self, connection: AsyncConnection, customers: set[str], jobs: set[str]) -> None:
+    def send(self, connection: Connection, customers: set[str], jobs: set[str]) -> None:
         """Queue the notice on ``connection``'s transaction: sent when it commits."""
         payload = orjson.dumps(
             {"from": self.sender, "customers": sorted(customers), "jobs": sorted(jobs)}
         )
         if len(payload) > _MAX_PAYLOAD:
             payload = orjson.dumps({"from": self.sender, "all": True})
-        await connection.execute(
+        connection.execute(
             text("SELECT pg_notify(:channel, :payload)"),
             {"channel": CHANNEL, "payload": payload.decode()},
         )

@@ -34,6 +34,7 @@ from sqlalchemy import (
     JSON,
     BigInteger,
     Column,
+    Connection,
     Index,
     Integer,
     MetaData,
@@ -47,7 +48,7 @@ from sqlalchemy import (
     or_,
     select,
 )
-from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
+from sqlalchemy.ext.asyncio import AsyncEngine
 
 from scrapeflow.db import UTCDateTime, create_tables
 from scrapeflow.server._events import EVENT_KINDS, Event
@@ -301,7 +302,7 @@ class Webhooks:
             )
             return int(pending.scalar_one())
 
-    async def enqueue(self, connection: AsyncConnection, events: Sequence[Event]) -> bool:
+    def enqueue(self, connection: Connection, events: Sequence[Event]) -> bool:
         """The event log's outbox hook: a pending delivery of each event for each webhook that
         wants it, on the events' own connection and transaction (the webhooks read once for
         the events stored together). A key restricted to customers
@@ -310,7 +311,7 @@ class Webhooks:
         expired key's webhooks get nothing."""
         k = keys_table.c
         rows = (
-            await connection.execute(
+            connection.execute(
                 select(
                     webhooks_table.c.id,
                     webhooks_table.c.events,
@@ -341,7 +342,7 @@ class Webhooks:
             for webhook_id in _wanting(rows, event)
         ]
         if deliveries:
-            await connection.execute(insert(deliveries_table), deliveries)
+            connection.execute(insert(deliveries_table), deliveries)
         return bool(deliveries)
 
 
