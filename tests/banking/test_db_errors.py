@@ -6,7 +6,7 @@ import pytest
 from sqlalchemy import text
 from sqlalchemy.exc import IntegrityError
 
-from scrapeflow.db import create_engine, sqlite_thread_engine
+from scrapeflow.db import create_engine, write
 
 INSERT = text(
     "INSERT INTO customers (external_id, name, scrape_state, created_at)"
@@ -24,12 +24,9 @@ async def test_an_error_on_either_engine_leaves_the_parameters_out(db_url: str) 
             async with engine.begin() as connection:
                 await connection.execute(INSERT, VALUES)
         shown = [str(failed.value), repr(failed.value)]
-        threaded = sqlite_thread_engine(engine)  # SQLite's worker-thread transactions
-        if threaded is not None:
-            with pytest.raises(IntegrityError) as failed, threaded.begin() as connection:
-                connection.execute(INSERT, VALUES)
-            shown += [str(failed.value), repr(failed.value)]
-            threaded.dispose()
+        with pytest.raises(IntegrityError) as failed:  # a transaction run whole (db.write)
+            await write(engine, lambda connection: connection.execute(INSERT, VALUES))
+        shown += [str(failed.value), repr(failed.value)]
     finally:
         await engine.dispose()
     assert all("INSERT INTO customers" in message for message in shown[::2])  # what failed

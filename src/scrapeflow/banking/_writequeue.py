@@ -17,10 +17,11 @@ again alone, in its own transaction, so the one that fails fails alone and the o
 What a batch remembers of what it stored (an account's row id) is kept only once its
 transaction committed (:attr:`GroupedWrite.landed`). Several writers (a server database) keep a
 transaction per batch: groups would take customers' row locks in different orders and deadlock.
-On a SQLite file, the batches that can (:attr:`GroupedWrite.run_sync`) run their transaction
-whole in a worker thread on a plain ``sqlite3`` connection: through aiosqlite each statement is
-several hand-offs between the event loop and the connection's thread, which cost more CPU than
-the statements.
+The batches that can (:attr:`GroupedWrite.run_sync`) run their transaction whole through
+:func:`scrapeflow.db.write`: on a SQLite file, at once in the loop's thread, holding SQLite's
+write lock for SQLite's own time (through aiosqlite each statement is several hand-offs between
+the event loop and the connection's thread, and the lock stayed held across them; in a worker
+thread, each statement waited to take the GIL back from the busy loop).
 
 :func:`queued_writes` tells how many batches wait in the running queues of this process (for a
 service's metrics).
@@ -36,12 +37,12 @@ from dataclasses import dataclass
 from types import TracebackType
 from typing import Any, Generic, TypeVar, cast
 
-from sqlalchemy import Connection, Engine
+from sqlalchemy import Connection
 from sqlalchemy.exc import DBAPIError, OperationalError
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
 from scrapeflow._util.logs import get_logger
-from scrapeflow.db import sqlite_thread_engine
+from scrapeflow.db import write as write_whole
 
 __all__ = ["GroupedWrite", "WriteQueue", "queued_writes", "writers_for"]
 
@@ -131,11 +132,8 @@ class WriteQueue:
         """Transactions that grouped batches committed (a group's, or a batch's alone)."""
         self._queue: asyncio.Queue[_Item | None] = asyncio.Queue(maxsize)
         self._tasks: list[asyncio.Task[None]] = []
-        self._threaded: Engine | None = None  # SQLite's plain connection for whole transactions
 
     async def __aenter__(self) -> WriteQueue:
-        if self.engine is not None and self.writers == 1:
-            self._threaded = sqlite_thread_engine(self.engine)
         self._tasks = [
             asyncio.create_task(self._work(), name=f"db-writer-{n}") for n in range(self.writers)
         ]
@@ -159,9 +157,6 @@ class WriteQueue:
             await self._queue.put(None)
         await asyncio.gather(*self._tasks, return_exceptions=True)
         self._tasks = []
-        if self._threaded is not None:
-            self._threaded.dispose()
-            self._threaded = None
 
     @property
     def depth(self) -> int:
@@ -236,24 +231,25 @@ class WriteQueue:
                     future.cancel()
             raise
 
-    def _in_thread(self, write: object) -> bool:
+    def _whole(self, write: object) -> bool:
+        """Whether ``write`` runs whole through :func:`scrapeflow.db.write`."""
         return (
-            self._threaded is not None
+            self.engine is not None
             and isinstance(write, GroupedWrite)
             and write.run_sync is not None
         )
 
     def _parts(self, items: list[_Item]) -> list[list[_Item]]:
-        threaded = [item for item in items if self._in_thread(item[0])]
-        looped = [item for item in items if not self._in_thread(item[0])]
-        return [part for part in (threaded, looped) if part]
+        whole = [item for item in items if self._whole(item[0])]
+        looped = [item for item in items if not self._whole(item[0])]
+        return [part for part in (whole, looped) if part]
 
     async def _run_group(self, items: list[_Item]) -> bool:
         """Run grouped writes in one transaction; False (nothing of it stored) if one failed."""
         writes = [write for write, _ in items if isinstance(write, GroupedWrite)]
         try:
-            if self._in_thread(writes[0]):
-                results = await asyncio.to_thread(self._transaction_in_thread, writes)
+            if self._whole(writes[0]):
+                results = await self._run_whole(writes)
             else:
                 assert self.engine is not None
                 results = []
@@ -273,10 +269,10 @@ class WriteQueue:
                 future.set_result(result)
         return True
 
-    def _transaction_in_thread(self, writes: list[GroupedWrite[Any]]) -> list[Any]:
-        assert self._threaded is not None
-        with self._threaded.begin() as connection:
-            return [write.run_sync(connection) for write in writes if write.run_sync is not None]
+    async def _run_whole(self, writes: list[GroupedWrite[Any]]) -> list[Any]:
+        assert self.engine is not None
+        steps = [write.run_sync for write in writes if write.run_sync is not None]
+        return await write_whole(self.engine, lambda c: [step(c) for step in steps])
 
     async def _run(self, write: Callable[[], Awaitable[T]] | GroupedWrite[T]) -> T:
         attempt = 0
@@ -298,9 +294,8 @@ class WriteQueue:
     async def _once(self, write: Callable[[], Awaitable[T]] | GroupedWrite[T]) -> T:
         if not isinstance(write, GroupedWrite):
             return await write()
-        if self._in_thread(write):
-            results = await asyncio.to_thread(self._transaction_in_thread, [write])
-            result = cast(T, results[0])
+        if self._whole(write):
+            result = cast(T, (await self._run_whole([write]))[0])
         else:
             assert self.engine is not None
             async with self.engine.begin() as connection:

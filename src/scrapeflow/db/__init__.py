@@ -20,7 +20,6 @@ from scrapeflow.db._engine import (
     create_engine,
     session_factory,
     sqlite_file,
-    sqlite_thread_engine,
 )
 from scrapeflow.db._errors import connection_lost, database_errors, unusable_reason
 from scrapeflow.db._migrate import alembic_config, head_revision, migrate
@@ -46,7 +45,6 @@ __all__ = [
     "portable_statements",
     "session_factory",
     "sqlite_file",
-    "sqlite_thread_engine",
     "unusable_reason",
     "upsert",
     "upsert_sync",

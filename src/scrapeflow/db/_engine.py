@@ -13,8 +13,7 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import parse_qs, unquote, urlsplit
 
-from sqlalchemy import Engine, event
-from sqlalchemy import create_engine as sa_create_engine
+from sqlalchemy import event
 from sqlalchemy.engine import make_url
 from sqlalchemy.exc import ArgumentError
 from sqlalchemy.ext.asyncio import AsyncEngine, AsyncSession, async_sessionmaker
@@ -28,7 +27,6 @@ __all__ = [
     "create_engine",
     "session_factory",
     "sqlite_file",
-    "sqlite_thread_engine",
 ]
 
 DEFAULT_URL = "sqlite+aiosqlite:///scrapeflow.db"
@@ -119,30 +117,6 @@ def sqlite_file(url: str) -> Path | None:
         return None
     path, _ = _sqlite_target(parsed.database, uri=str(parsed.query.get("uri", "")) == "true")
     return path
-
-
-def sqlite_thread_engine(engine: AsyncEngine) -> Engine | None:
-    """A synchronous engine on the same SQLite file as ``engine``, with the same pragmas, for
-    transactions run whole in a worker thread; None when ``engine`` is not a SQLite file.
-
-    Through aiosqlite every statement (cursor, execute, fetch, close) is a hand-off to the
-    connection's thread and back; a transaction of many small statements spends more CPU in
-    those hand-offs than in SQLite. Run in a worker thread, it is one hand-off for all. One
-    connection, usable from any thread (whoever uses it must not share it at once).
-    """
-    url = engine.url
-    if url.get_backend_name() != "sqlite" or url.database in (None, "", ":memory:"):
-        return None
-    sync = sa_create_engine(
-        url.set(drivername="sqlite+pysqlite"),
-        pool_size=1,
-        max_overflow=0,
-        connect_args={"check_same_thread": False},
-        hide_parameters=engine.sync_engine.hide_parameters,
-    )
-    event.listen(sync, "do_connect", _create_owner_only)
-    event.listen(sync, "connect", _sqlite_pragmas)
-    return sync
 
 
 def session_factory(engine: AsyncEngine) -> async_sessionmaker[AsyncSession]:
