@@ -461,7 +461,7 @@ async def upsert_accounts(
 def upsert_accounts_sync(
     connection: Connection, access_id: int, accounts: Iterable[AccountRecord]
 ) -> dict[str, int]:
-    """:func:`upsert_accounts` on a synchronous connection (a transaction in a worker thread)."""
+    """:func:`upsert_accounts` on a synchronous connection (a transaction run whole)."""
     records = {a.bank_ref: a for a in accounts}
     contracts = _contract_rows(access_id, records)
     contract_ids: dict[str, int] = {}

@@ -77,8 +77,8 @@ class GroupedWrite(Generic[T]):
     run: Callable[[AsyncConnection], Awaitable[T]]
     landed: Callable[[T], None] | None = None
     run_sync: Callable[[Connection], T] | None = None
-    """The same write on a synchronous connection, for a transaction run in a worker thread
-    (SQLite); None: the write runs on the event loop."""
+    """The same write on a synchronous connection, for a transaction run whole
+    (:func:`scrapeflow.db.write`); None: the write runs on the event loop's connection."""
 
 
 _Item = tuple[Callable[[], Awaitable[Any]] | GroupedWrite[Any], asyncio.Future[Any]]

@@ -265,8 +265,9 @@ class SqlWriter:
 
 
 def _grouped(run: Callable[[Connection], T], landed: Callable[[T], None]) -> GroupedWrite[T]:
-    """A batch written by ``run``: on a worker thread's connection, or on the event loop's
-    (``AsyncConnection.run_sync``: the same statements, one code path)."""
+    """A batch written by ``run``: run whole (:func:`scrapeflow.db.write`), or on the event
+    loop's connection in a group with writes that need one (``AsyncConnection.run_sync``: the
+    same statements, one code path)."""
 
     async def on_loop(connection: AsyncConnection) -> T:
         return await connection.run_sync(run)

@@ -73,7 +73,7 @@ def upsert_sync(
     portable: bool = False,
 ) -> None:
     """:func:`upsert` on a synchronous connection: the same statements, for a transaction
-    run whole in a worker thread (one hand-off for many statements)."""
+    run whole (:func:`scrapeflow.db.write`: no hand-off between its statements)."""
     if not rows:
         return
     shape = _Shape(table, tuple(keys), touch, tuple(stamps), tuple(insert_only))
