@@ -208,7 +208,7 @@ class WriteQueue:
         try:
             alone = items
             if len(items) > 1:
-                # The thread's writes and the loop's in a transaction each: they are
+                # The writes run whole and the loop's in a transaction each: they are
                 # independent batches (one that depends on another waits for it to land).
                 alone = []
                 for part in self._parts(items):
