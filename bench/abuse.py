@@ -413,19 +413,22 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
                 service_phases: dict[str, dict[str, float]] = {}
                 for name, start in schedule:
                     time.sleep(max(0.0, start - time.time()))
-                    cpu_before = cpu_seconds_of(service.pid)
+                    # serve runs a supervisor and a process per core: all of them
+                    cpu_before = svc.tree_cpu(svc.tree(service.pid))
                     attacker_before = cpu_seconds_of(attacker.pid)
                     peak_rss, peak_connections = 0.0, 0
                     while time.time() < start + args.phase:
-                        peak_rss = max(peak_rss, svc.vm_field(service.pid, "VmRSS"))
+                        pids = svc.tree(service.pid)
+                        peak_rss = max(peak_rss, svc.tree_field(pids, "VmRSS"))
                         peak_connections = max(
-                            peak_connections, service_connections(service.pid, int(port))
+                            peak_connections,
+                            sum(service_connections(pid, int(port)) for pid in pids[1:]),
                         )
                         time.sleep(0.5)
                     service_phases[name] = {
                         "rss_mb": round(peak_rss, 1),
                         "connections": peak_connections,
-                        "cpu_seconds": round(cpu_seconds_of(service.pid) - cpu_before, 2),
+                        "cpu_seconds": round(svc.tree_cpu(svc.tree(service.pid)) - cpu_before, 2),
                         "attacker_cpu_seconds": round(
                             cpu_seconds_of(attacker.pid) - attacker_before, 2
                         ),
