@@ -14,14 +14,15 @@ up to the interpreter's switch interval (5 ms) to take it back from the busy loo
 
 * **SQLite**: in the calling thread, on a connection of the standard driver opened once per
   engine: ``BEGIN IMMEDIATE``, the function, ``COMMIT``, without a pause. Its busy timeout is
-  zero: when another transaction holds the lock, it is rolled back and tried again after a
+  zero: while another transaction holds the lock, ``BEGIN IMMEDIATE`` is tried again after a
   short asynchronous wait (0.5 ms, doubling to 10 ms), for as long as SQLite's busy timeout,
   then fails as SQLite would ("database is locked"). The event loop is held for the
   transaction's own time (under a millisecond for the writes that use this).
 * **Any other database**: through the async engine, in one transaction (``run_sync``).
 
-The function may run more than once (a busy lock, a retry): it must only build and execute
-statements from its arguments, and return what it read.
+The function runs once the lock is held, and blocks the loop meanwhile: it must only build and
+execute statements from its arguments (no waiting, no network), and return what it read.
+Callers that retry a failed write (the write queue) run it again.
 """
 
 from __future__ import annotations
