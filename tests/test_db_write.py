@@ -7,13 +7,16 @@ from __future__ import annotations
 
 import asyncio
 import sqlite3
+import time
 from pathlib import Path
 
 import pytest
 from sqlalchemy import Column, Connection, Integer, MetaData, String, Table, insert, select
+from sqlalchemy.exc import OperationalError
 from sqlalchemy.ext.asyncio import AsyncEngine
 
 from scrapeflow.db import create_engine, write
+from scrapeflow.db._engine import SQLITE_BUSY_TIMEOUT_MS
 
 notes = Table(
     "notes", MetaData(), Column("id", Integer, primary_key=True), Column("text", String(20))
@@ -71,4 +74,35 @@ async def test_a_transaction_that_raises_stores_nothing(empty_db_url: str) -> No
             await write(engine, half_then_fail)
         assert await write(engine, whole) == ["whole"]
     finally:
+        await engine.dispose()
+
+
+async def test_a_lock_held_past_sqlites_busy_timeout_fails_as_sqlite_would(
+    tmp_path: Path,
+) -> None:
+    """On the default busy timeout (30 s), as SQLite's own wait would: "database is locked",
+    nothing stored, the event loop serving meanwhile."""
+    path = tmp_path / "w.db"
+    engine = await _engine_with_table(f"sqlite+aiosqlite:///{path}")
+    holder = sqlite3.connect(path, isolation_level=None)
+    try:
+        holder.execute("BEGIN IMMEDIATE")  # a process stopped inside its transaction
+        started = time.monotonic()
+        written = asyncio.create_task(
+            write(engine, lambda c: c.execute(insert(notes).values(text="late")))
+        )
+        ticks = 0
+        while not written.done():
+            await asyncio.sleep(0.1)
+            ticks += 1
+        waited = time.monotonic() - started
+        with pytest.raises(OperationalError, match="database is locked"):
+            await written
+        assert SQLITE_BUSY_TIMEOUT_MS == 30_000 and waited >= 30
+        assert ticks >= 250  # the loop went on all along
+        holder.execute("ROLLBACK")
+        async with engine.connect() as connection:
+            assert (await connection.execute(select(notes.c.text))).all() == []
+    finally:
+        holder.close()
         await engine.dispose()

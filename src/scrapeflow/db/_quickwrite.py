@@ -39,12 +39,8 @@ from sqlalchemy import create_engine as sa_create_engine
 from sqlalchemy.exc import OperationalError
 from sqlalchemy.ext.asyncio import AsyncEngine
 
-from scrapeflow.db._engine import (
-    SQLITE_BUSY_TIMEOUT_MS,
-    _create_owner_only,
-    _sqlite_pragmas,
-    sqlite_file,
-)
+from scrapeflow.db import _engine
+from scrapeflow.db._engine import _create_owner_only, _sqlite_pragmas, sqlite_file
 
 __all__ = ["write"]
 
@@ -63,7 +59,7 @@ async def write(engine: AsyncEngine, transaction: Callable[[Connection], T]) -> 
     if direct is None:
         async with engine.begin() as connection:
             return await connection.run_sync(transaction)
-    deadline = time.monotonic() + SQLITE_BUSY_TIMEOUT_MS / 1000
+    deadline = time.monotonic() + _engine.SQLITE_BUSY_TIMEOUT_MS / 1000  # SQLite's own wait
     pause = _FIRST_PAUSE
     while True:
         with direct.connect() as connection:

@@ -300,10 +300,8 @@ class EventLog:
             for n in batch
         ]
         outbox, notices = self.outbox, self._notices
-        wrote = False
 
-        def store(connection: Connection) -> list[Event]:
-            nonlocal wrote
+        def store(connection: Connection) -> tuple[list[Event], bool]:
             if connection.dialect.name == "postgresql":
                 connection.execute(
                     text("SELECT pg_advisory_xact_lock(:key)"), {"key": _EVENT_WRITERS_LOCK}
@@ -324,9 +322,9 @@ class EventLog:
                     {e.customer for e in stored if e.customer is not None},
                     {e.job_id for e in stored if e.job_id is not None},
                 )
-            return stored
+            return stored, wrote
 
-        stored = await write(self.engine, store)
+        stored, wrote = await write(self.engine, store)
         if wrote:
             self._outbox_wrote = True
         return stored
