@@ -80,7 +80,7 @@ DEFAULT_MAX_PARALLELISM = 100
 """Concurrent tasks when ``max_parallelism`` is not given. Not a cap: any positive int works,
 and never starts more workers than there are tasks."""
 
-TaskInput = Mapping[str, Params] | Iterable[str] | Iterable[tuple[str, Params]]
+TaskInput = Mapping[str, Params] | Iterable[str | tuple[str, Params]]
 
 _log = get_logger(__name__)
 

@@ -4,8 +4,10 @@ Routes::
 
     GET /                      home page, links to the first pages
     GET /page/{n}              page n (0 <= n < pages): a title, paragraphs, links to other pages
-    GET /sitemap.xml           sitemap index; /sitemap-{i}.xml list the pages 10,000 at a time
-    GET /robots.txt            points at the sitemap
+    GET /sitemap.xml           sitemap index; /sitemap-{i}.xml list the pages 10,000 at a time,
+                               each with a lastmod (page n: 2026-01-01 plus n % 365 days)
+    GET /sitemap.xml.gz        the same, gzipped (its chunks /sitemap-{i}.xml.gz, gzipped too)
+    GET /robots.txt            points at the sitemap; ``disallow`` and ``crawl_delay`` add rules
     GET /status/{code}         answers with that status code
     ANY /echo                  the request's method, query, form or JSON body and headers, as JSON
     GET /delay/{ms}            answers after ms milliseconds
@@ -19,6 +21,8 @@ million pages costs no memory. ``SiteConfig.latency_ms`` adds a delay per respon
 from __future__ import annotations
 
 import asyncio
+import datetime
+import gzip
 import hashlib
 import random
 from collections import Counter
@@ -49,6 +53,10 @@ class SiteConfig:
     links_per_page: int = 8
     paragraphs: int = 4
     latency_ms: tuple[float, float] = (0.0, 0.0)
+    disallow: tuple[str, ...] = ()
+    """Paths robots.txt disallows to every user agent."""
+    crawl_delay: float | None = None
+    """robots.txt's ``Crawl-delay``, in seconds."""
 
 
 class PlainSite:
@@ -65,7 +73,9 @@ class PlainSite:
         app.router.add_get("/", self._home)
         app.router.add_get("/page/{n:\\d+}", self._page)
         app.router.add_get("/sitemap.xml", self._sitemap_index)
+        app.router.add_get("/sitemap.xml.gz", self._sitemap_index)
         app.router.add_get("/sitemap-{i:\\d+}.xml", self._sitemap_chunk)
+        app.router.add_get("/sitemap-{i:\\d+}.xml.gz", self._sitemap_chunk)
         app.router.add_get("/robots.txt", self._robots)
         app.router.add_get("/status/{code:\\d{3}}", self._status)
         app.router.add_route("*", "/echo", self._echo)
@@ -78,6 +88,10 @@ class PlainSite:
         h = _mix(self.config.seed, n, 1)
         words = [_WORDS[(h >> (16 * i)) % len(_WORDS)].capitalize() for i in range(3)]
         return " ".join(words) + f" #{n}"
+
+    def page_lastmod(self, n: int) -> str:
+        """The date the sitemap gives page ``n``."""
+        return (datetime.date(2026, 1, 1) + datetime.timedelta(days=n % 365)).isoformat()
 
     def page_links(self, n: int) -> list[int]:
         pages = self.config.pages
@@ -131,8 +145,11 @@ class PlainSite:
     async def _sitemap_index(self, request: web.Request) -> web.Response:
         base = f"{request.scheme}://{request.host}"
         chunks = range((self.config.pages + SITEMAP_CHUNK - 1) // SITEMAP_CHUNK)
-        entries = "".join(f"<sitemap><loc>{base}/sitemap-{i}.xml</loc></sitemap>" for i in chunks)
-        return _xml(f'<sitemapindex xmlns="{_SITEMAP_NS}">{entries}</sitemapindex>')
+        gz = ".gz" if request.path.endswith(".gz") else ""
+        entries = "".join(
+            f"<sitemap><loc>{base}/sitemap-{i}.xml{gz}</loc></sitemap>" for i in chunks
+        )
+        return _xml(f'<sitemapindex xmlns="{_SITEMAP_NS}">{entries}</sitemapindex>', gzipped=gz)
 
     async def _sitemap_chunk(self, request: web.Request) -> web.Response:
         i = int(request.match_info["i"])
@@ -141,12 +158,19 @@ class PlainSite:
             raise web.HTTPNotFound(text=f"no sitemap chunk {i}")
         base = f"{request.scheme}://{request.host}"
         stop = min(start + SITEMAP_CHUNK, self.config.pages)
-        entries = "".join(f"<url><loc>{base}/page/{n}</loc></url>" for n in range(start, stop))
-        return _xml(f'<urlset xmlns="{_SITEMAP_NS}">{entries}</urlset>')
+        entries = "".join(
+            f"<url><loc>{base}/page/{n}</loc><lastmod>{self.page_lastmod(n)}</lastmod></url>"
+            for n in range(start, stop)
+        )
+        gzipped = request.path.endswith(".gz")
+        return _xml(f'<urlset xmlns="{_SITEMAP_NS}">{entries}</urlset>', gzipped=gzipped)
 
     async def _robots(self, request: web.Request) -> web.Response:
         base = f"{request.scheme}://{request.host}"
-        return web.Response(text=f"User-agent: *\nAllow: /\nSitemap: {base}/sitemap.xml\n")
+        rules = "".join(f"Disallow: {path}\n" for path in self.config.disallow)
+        if self.config.crawl_delay is not None:
+            rules += f"Crawl-delay: {self.config.crawl_delay}\n"
+        return web.Response(text=f"User-agent: *\n{rules}Allow: /\nSitemap: {base}/sitemap.xml\n")
 
     async def _status(self, request: web.Request) -> web.Response:
         code = int(request.match_info["code"])
@@ -201,7 +225,8 @@ _MASK = (1 << 64) - 1
 _SITEMAP_NS = "http://www.sitemaps.org/schemas/sitemap/0.9"
 
 
-def _xml(text: str) -> web.Response:
-    return web.Response(
-        text='<?xml version="1.0" encoding="UTF-8"?>' + text, content_type="application/xml"
-    )
+def _xml(text: str, *, gzipped: object = False) -> web.Response:
+    body = ('<?xml version="1.0" encoding="UTF-8"?>' + text).encode()
+    if gzipped:
+        return web.Response(body=gzip.compress(body), content_type="application/gzip")
+    return web.Response(body=body, content_type="application/xml", charset="utf-8")
