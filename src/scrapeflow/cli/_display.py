@@ -100,6 +100,7 @@ class RunDisplay:
     def _render(self, progress: RunProgress) -> None:
         self._progress.update(
             self._task,
+            total=progress.total,
             completed=progress.done,
             ok=progress.succeeded + progress.skipped,
             failed=progress.failed,

@@ -18,7 +18,7 @@ from typing import Any
 import typer
 from typer import _click as click
 
-from scrapeflow.cli import bank, demo, fetch, run, sandbox, serve, status, worker
+from scrapeflow.cli import bank, crawl, demo, fetch, run, sandbox, serve, status, worker
 from scrapeflow.cli._common import (
     EXIT_BAD_INPUT,
     EXIT_INTERRUPTED,
@@ -53,6 +53,8 @@ app = typer.Typer(
 )
 app.command("run", context_settings=HELP_OPTION)(run.run)
 app.command("fetch", context_settings=HELP_OPTION)(fetch.fetch)
+app.command("crawl", context_settings=HELP_OPTION)(crawl.crawl)
+app.command("shell", context_settings=HELP_OPTION)(crawl.shell)
 app.command("status", context_settings=HELP_OPTION)(status.status)
 app.command("demo", context_settings=HELP_OPTION)(demo.demo)
 app.command("sandbox", context_settings=HELP_OPTION)(sandbox.sandbox)

@@ -18,6 +18,7 @@ from scrapeflow.crawl._crawler import Crawler, StartRequest
 from scrapeflow.crawl._exports import Export, ExportFormat
 from scrapeflow.crawl._items import Item, Pipeline, plain_item
 from scrapeflow.crawl._links import STRATEGIES, Strategy
+from scrapeflow.crawl._nocode import CrawlSpec, Field
 from scrapeflow.crawl._request import Request, canonical_url, fingerprint
 from scrapeflow.crawl._response import Response
 from scrapeflow.crawl._router import Handler, NoHandler, Router
@@ -29,10 +30,12 @@ __all__ = [
     "STRATEGIES",
     "AutoThrottle",
     "CrawlConfig",
+    "CrawlSpec",
     "CrawlSummary",
     "Crawler",
     "Export",
     "ExportFormat",
+    "Field",
     "Handler",
     "Item",
     "NoHandler",

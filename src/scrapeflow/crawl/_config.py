@@ -5,7 +5,7 @@ from __future__ import annotations
 import datetime as dt
 from dataclasses import dataclass, field
 
-from scrapeflow.crawl._links import STRATEGIES, Strategy
+from scrapeflow.crawl._links import STRATEGIES, LinkFilter, Pattern, Strategy, compile_patterns
 from scrapeflow.crawl._throttle import AutoThrottle
 from scrapeflow.errors import ConfigError
 
@@ -28,6 +28,10 @@ class CrawlConfig:
     """Followed links must be on these domains or their subdomains (Scrapy's rule)."""
     strategy: Strategy = "same-hostname"
     """``enqueue_links``' strategy when a call gives none."""
+    include: tuple[Pattern, ...] = ()
+    """``enqueue_links``' include patterns when a call gives none (globs or regexes)."""
+    exclude: tuple[Pattern, ...] = ()
+    """``enqueue_links``' exclude patterns when a call gives none."""
     concurrency: int = 32
     """Pages fetched and handled at once."""
     per_host: int = 8
@@ -69,5 +73,12 @@ class CrawlConfig:
         object.__setattr__(
             self, "allowed_domains", tuple(d.lower().strip(".") for d in self.allowed_domains)
         )
+        self.links()  # bad patterns fail here, not on the first page
         if self.sitemap_since is not None and self.sitemap_since.tzinfo is None:
             object.__setattr__(self, "sitemap_since", self.sitemap_since.replace(tzinfo=dt.UTC))
+
+    def links(self) -> LinkFilter:
+        """The link rules ``enqueue_links`` applies when a call gives none of its own."""
+        return LinkFilter(
+            self.strategy, compile_patterns(self.include), compile_patterns(self.exclude)
+        )

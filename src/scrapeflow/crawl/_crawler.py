@@ -85,6 +85,7 @@ class Crawler:
         self._throttle = (
             HostThrottle(self.config.autothrottle) if self.config.autothrottle else None
         )
+        self._links = self.config.links()
         self._seen_urls: set[str] = set()
         self._added: set[str] = set()
         self._requests = 0
@@ -249,7 +250,7 @@ class Crawler:
         answer = await self._fetch(http, request)
         if not (200 <= answer.status < 300 or answer.status in self.config.extra_statuses):
             raise HTTPStatusError(answer.status, request.url)
-        response = Response(request, answer, strategy=self.config.strategy)
+        response = Response(request, answer, links=self._links)
         try:
             results = await results_of(self.router.route(request.label), response)
             items, requests = _split(results)

@@ -41,8 +41,8 @@ class Response:
     __slots__ = (
         "_answer",
         "_base",
+        "_links",
         "_selector",
-        "_strategy",
         "_text",
         "body",
         "enqueued",
@@ -57,7 +57,7 @@ class Response:
         request: Request,
         answer: HttpResponse,
         *,
-        strategy: Strategy = "same-hostname",
+        links: LinkFilter | None = None,
     ) -> None:
         self.request = request
         self.url: str = answer.url
@@ -67,7 +67,7 @@ class Response:
         self.enqueued: list[Request] = []
         """Requests the handler asked for with :meth:`enqueue_links` (the crawler adds them
         when the handler has finished)."""
-        self._strategy = strategy
+        self._links = links or LinkFilter()
         self._answer = answer
         self._text: str | None = None
         self._selector: Selector | None = None
@@ -174,13 +174,16 @@ class Response:
         label: str | None = None,
         user_data: dict[str, Any] | None = None,
     ) -> int:
-        """Follow the links ``selector`` selects that the rules keep: ``strategy`` (the
-        crawl's by default, ``same-hostname`` unless set), ``include`` and ``exclude`` globs
-        or regexes. They are crawled with ``label``'s handler once this handler has finished
-        (if it fails, none are). Returns how many links passed these rules (the crawl's own
-        rules and de-duplication come after)."""
+        """Follow the links ``selector`` selects that the rules keep: ``strategy``,
+        ``include`` and ``exclude`` globs or regexes (each, when not given, the crawl's:
+        ``CrawlConfig.strategy``, ``include``, ``exclude``). They are crawled with ``label``'s
+        handler once this handler has finished (if it fails, none are). Returns how many links
+        passed these rules (the crawl's own rules and de-duplication come after)."""
+        default = self._links
         rules = LinkFilter(
-            strategy or self._strategy, compile_patterns(include), compile_patterns(exclude)
+            strategy or default.strategy,
+            default.include if include is None else compile_patterns(include),
+            default.exclude if exclude is None else compile_patterns(exclude),
         )
         kept = [url for url in self.links(selector) if rules.keeps(url, self.url)]
         depth = self.request.depth + 1
