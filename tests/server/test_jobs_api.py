@@ -288,7 +288,7 @@ BAD_BODIES = [
         "/v1/customers/{customer}/refresh",
         id="bank-refresh",
     ),
-    pytest.param({"kind": "crawl", "params": {}}, "'fetch', 'run'", id="unknown-kind"),
+    pytest.param({"kind": "spider", "params": {}}, "'fetch', 'run', 'crawl'", id="unknown-kind"),
     pytest.param({"params": {}}, "kind", id="no-kind"),
     pytest.param([1, 2], "object", id="not-an-object"),
 ]

@@ -17,6 +17,20 @@ from scrapeflow.crawl._config import CrawlConfig
 from scrapeflow.crawl._crawler import Crawler, StartRequest
 from scrapeflow.crawl._exports import Export, ExportFormat
 from scrapeflow.crawl._items import Item, Pipeline, plain_item
+from scrapeflow.crawl._job import (
+    CRAWL_KIND,
+    MAX_CRAWL_CONCURRENCY,
+    MAX_CRAWL_DELAY,
+    MAX_CRAWL_DEPTH,
+    MAX_CRAWL_PATTERNS,
+    MAX_CRAWL_PER_HOST,
+    MAX_CRAWL_REQUESTS,
+    MAX_CRAWL_SELECTORS,
+    MAX_CRAWL_START_URLS,
+    CrawlJobParams,
+    CrawlJobs,
+    CrawlPage,
+)
 from scrapeflow.crawl._links import STRATEGIES, Strategy
 from scrapeflow.crawl._nocode import CrawlSpec, Field
 from scrapeflow.crawl._request import Request, canonical_url, fingerprint
@@ -27,9 +41,21 @@ from scrapeflow.crawl._summary import CrawlSummary
 from scrapeflow.crawl._throttle import AutoThrottle
 
 __all__ = [
+    "CRAWL_KIND",
+    "MAX_CRAWL_CONCURRENCY",
+    "MAX_CRAWL_DELAY",
+    "MAX_CRAWL_DEPTH",
+    "MAX_CRAWL_PATTERNS",
+    "MAX_CRAWL_PER_HOST",
+    "MAX_CRAWL_REQUESTS",
+    "MAX_CRAWL_SELECTORS",
+    "MAX_CRAWL_START_URLS",
     "STRATEGIES",
     "AutoThrottle",
     "CrawlConfig",
+    "CrawlJobParams",
+    "CrawlJobs",
+    "CrawlPage",
     "CrawlSpec",
     "CrawlSummary",
     "Crawler",

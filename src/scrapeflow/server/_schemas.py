@@ -19,6 +19,17 @@ from pydantic import (
 )
 
 from scrapeflow._util.redact import redact_url
+from scrapeflow.crawl import (
+    MAX_CRAWL_CONCURRENCY,
+    MAX_CRAWL_DELAY,
+    MAX_CRAWL_DEPTH,
+    MAX_CRAWL_PATTERNS,
+    MAX_CRAWL_PER_HOST,
+    MAX_CRAWL_REQUESTS,
+    MAX_CRAWL_SELECTORS,
+    MAX_CRAWL_START_URLS,
+    CrawlPage,
+)
 from scrapeflow.executors import (
     MAX_RUN_BATCHES,
     MAX_RUN_DELAY,
@@ -434,6 +445,39 @@ class RunJobParamsIn(BaseModel):
     (the job waits for them, running those still queued itself)."""
 
 
+Selector = Annotated[str, Field(min_length=1, max_length=2_000)]
+
+
+class CrawlJobParamsIn(BaseModel):
+    """A ``crawl`` job: start URLs, links to follow, fields of one item per page."""
+
+    model_config = _INPUT
+    start_urls: Annotated[list[HttpUrlText], Field(min_length=1, max_length=MAX_CRAWL_START_URLS)]
+    follow: Annotated[list[Selector], Field(max_length=MAX_CRAWL_SELECTORS)] = Field(
+        default_factory=list
+    )
+    """CSS selectors of the links to follow (``ul.links a``)."""
+    items: Annotated[list[Selector], Field(max_length=50)] = Field(default_factory=list)
+    """Item fields, ``NAME=EXPR``: a CSS selector's first match, ``all:CSS`` every match,
+    ``xpath:…``, or ``@url``, ``@status``, ``@depth``. None: the crawl keeps no items."""
+    max_depth: Annotated[int, Field(ge=0, le=MAX_CRAWL_DEPTH)] | None = 2
+    """Links followed from a start URL at most; null: no bound but ``max_requests``."""
+    max_requests: Annotated[int, Field(ge=1, le=MAX_CRAWL_REQUESTS)] = 1_000
+    strategy: Literal["same-hostname", "same-domain", "same-origin", "all"] = "same-hostname"
+    include: Annotated[list[Selector], Field(max_length=MAX_CRAWL_PATTERNS)] = Field(
+        default_factory=list
+    )
+    """Globs a followed URL must match (one of them)."""
+    exclude: Annotated[list[Selector], Field(max_length=MAX_CRAWL_PATTERNS)] = Field(
+        default_factory=list
+    )
+    concurrency: Annotated[int, Field(ge=1, le=MAX_CRAWL_CONCURRENCY)] = 16
+    """Pages in flight (the service's ``parallelism`` caps it)."""
+    per_host: Annotated[int, Field(ge=1, le=MAX_CRAWL_PER_HOST)] = 8
+    delay: Annotated[float, Field(ge=0, le=MAX_CRAWL_DELAY, allow_inf_nan=False)] = 0.0
+    obey_robots: bool = True
+
+
 class FetchJobIn(BaseModel):
     """``{"kind": "fetch", "params": {...}}``."""
 
@@ -450,8 +494,16 @@ class RunJobIn(BaseModel):
     params: RunJobParamsIn
 
 
-class JobIn(RootModel[Annotated[FetchJobIn | RunJobIn, Field(discriminator="kind")]]):
-    """A job to create: ``{"kind": "fetch" | "run", "params": {...}}``."""
+class CrawlJobIn(BaseModel):
+    """``{"kind": "crawl", "params": {...}}``."""
+
+    model_config = _INPUT
+    kind: Literal["crawl"]
+    params: CrawlJobParamsIn
+
+
+class JobIn(RootModel[Annotated[FetchJobIn | RunJobIn | CrawlJobIn, Field(discriminator="kind")]]):
+    """A job to create: ``{"kind": "fetch" | "run" | "crawl", "params": {...}}``."""
 
     @model_validator(mode="before")
     @classmethod
@@ -532,6 +584,32 @@ class RunTaskOut(BaseModel):
         )
 
 
+class CrawlPageOut(BaseModel):
+    """One page of a crawl job: ``succeeded``, ``failed`` (``error``: the error's type),
+    ``pending`` (the job is active) or ``not_run``; its items."""
+
+    index: int
+    url: str
+    state: str
+    depth: int | None
+    status: int | None
+    """The HTTP status of the page's answer (none when no answer was handled)."""
+    items: list[dict[str, Any]]
+    error: str | None
+
+    @classmethod
+    def of(cls, page: CrawlPage) -> CrawlPageOut:
+        return cls(
+            index=page.index,
+            url=redact_url(page.url) if page.url else "",
+            state=page.state,
+            depth=page.depth,
+            status=page.status,
+            items=page.items,
+            error=page.error,
+        )
+
+
 class AccessResultOut(BaseModel):
     """One access of a bank job, from its result summary."""
 
@@ -548,8 +626,9 @@ class JobResults(BaseModel):
     job_id: str
     kind: str
     state: str
-    items: list[FetchItemOut] | list[RunTaskOut] | list[AccessResultOut]
-    """Per item, in the job's order: URLs (``fetch``), tasks (``run``), accesses (bank jobs)."""
+    items: list[FetchItemOut] | list[RunTaskOut] | list[CrawlPageOut] | list[AccessResultOut]
+    """Per item, in the job's order: URLs (``fetch``), tasks (``run``), pages (``crawl``, in
+    the order of their fingerprints), accesses (bank jobs)."""
     next_cursor: str | None
     """Pass as ``cursor`` for the next page; null at the end."""
 

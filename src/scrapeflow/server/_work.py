@@ -90,15 +90,18 @@ def chain_job_kinds(settings: Settings, feed: FeedChainJobs | None = None) -> di
 
 def api_job_kinds(settings: Settings, engine: AsyncEngine | None = None) -> dict[str, JobHandler]:
     """The kinds ``POST /v1/jobs`` creates: ``fetch`` (the bulk fetcher, into the service's
-    store) and ``run`` (a task list through executors chosen by registered name). Raises
+    store), ``run`` (a task list through executors chosen by registered name) and ``crawl``
+    (links followed and items read by selectors, without code). Raises
     :class:`~scrapeflow.errors.ConfigError` for a bad fetch setting, before the service starts.
     ``engine``: the process's engine, shared by the run jobs that keep their statuses in the
     database (on the procrastinate backend) instead of one each."""
+    from scrapeflow.crawl import CRAWL_KIND, CrawlJobs
     from scrapeflow.executors import RUN_KIND, RunJobs
     from scrapeflow.fetch import FETCH_KIND, FetchJobs
 
     fetch_jobs = FetchJobs.from_settings(settings)
     run_jobs = RunJobs.from_settings(settings, engine=engine)
+    crawl_jobs = CrawlJobs.from_settings(settings, engine=engine)
 
     async def fetch(context: JobContext) -> Mapping[str, Any]:
         return await fetch_jobs.run_shards(context)
@@ -109,7 +112,10 @@ def api_job_kinds(settings: Settings, engine: AsyncEngine | None = None) -> dict
             return await run_jobs.run(context.job.id, context.params, context.progress)
         return await _run_batches(run_jobs, context)
 
-    return {FETCH_KIND: fetch, RUN_KIND: run}
+    async def crawl(context: JobContext) -> Mapping[str, Any]:
+        return await crawl_jobs.run(context.job.id, context.params, context.progress)
+
+    return {FETCH_KIND: fetch, RUN_KIND: run, CRAWL_KIND: crawl}
 
 
 async def _run_batches(run_jobs: RunJobs, context: JobContext) -> dict[str, Any]:

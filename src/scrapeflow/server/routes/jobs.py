@@ -40,6 +40,8 @@ from scrapeflow.server._keys import ApiKey, Scope
 from scrapeflow.server._problems import Problem
 from scrapeflow.server._schemas import (
     AccessResultOut,
+    CrawlJobIn,
+    CrawlPageOut,
     FetchItemOut,
     FetchJobIn,
     JobIn,
@@ -198,13 +200,17 @@ async def create_job(
     )
 
 
-def _checked_params(wanted: FetchJobIn | RunJobIn) -> dict[str, Any]:
+def _checked_params(wanted: FetchJobIn | RunJobIn | CrawlJobIn) -> dict[str, Any]:
     """The params as the job keeps them, checked by the library that runs the kind."""
     raw = wanted.params.model_dump(mode="json")
     if isinstance(wanted, FetchJobIn):
         from scrapeflow.fetch import FetchJobParams
 
         return FetchJobParams.from_params(raw).as_params()  # InputError: 422
+    if isinstance(wanted, CrawlJobIn):
+        from scrapeflow.crawl import CrawlJobParams
+
+        return CrawlJobParams.from_params(raw).as_params()
     from scrapeflow.executors import RunJobParams
 
     return RunJobParams.from_params(raw).as_params()
@@ -230,8 +236,9 @@ def _parts(params: dict[str, Any]) -> int:
 
 
 def _client_urls(params: dict[str, Any]) -> Iterator[str]:
-    """Every URL of a job's params that the client gave: a fetch job's, a run job's tasks'."""
-    for url in params.get("urls", ()):
+    """Every URL of a job's params that the client gave: a fetch job's, a run job's tasks',
+    a crawl job's start URLs."""
+    for url in (*params.get("urls", ()), *params.get("start_urls", ())):
         if isinstance(url, str):
             yield url
     for task in params.get("tasks", ()):
@@ -253,18 +260,24 @@ async def job_results(
     each URL of a ``fetch`` job (outcome, HTTP status, SHA-384 and size of the stored body),
     each task of a ``run`` job (its state, and each executor's status and output), each
     access of a bank job (from its result summary). ``next_cursor`` pages on."""
+    from scrapeflow.crawl import CRAWL_KIND, CrawlJobs
     from scrapeflow.executors import RUN_KIND, RunJobs
     from scrapeflow.fetch import FETCH_KIND, FetchJobs
 
     job = await visible_job(state, key, job_id)
     start = _decode_cursor(cursor, job.id) if cursor else 0
     active = not job.state.final
-    items: list[FetchItemOut] | list[RunTaskOut] | list[AccessResultOut]
+    items: list[FetchItemOut] | list[RunTaskOut] | list[CrawlPageOut] | list[AccessResultOut]
     if job.kind == FETCH_KIND:
         fetched = await FetchJobs.from_settings(state.settings).outcomes(
             job.id, job.params, active=active, start=start, limit=limit + 1
         )
         items = [FetchItemOut.of(outcome) for outcome in fetched]
+    elif job.kind == CRAWL_KIND:
+        pages = await CrawlJobs.from_settings(state.settings, engine=state.engine).pages(
+            job.id, active=active, start=start, limit=limit + 1
+        )
+        items = [CrawlPageOut.of(page) for page in pages]
     elif job.kind == RUN_KIND:
         # On the procrastinate backend the statuses are in the service's database: read them
         # through its engine rather than opening one per page.
