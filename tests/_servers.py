@@ -5,7 +5,8 @@
 * ``s3_endpoint`` (moto's S3 server, one per session, with S3's atomic conditional writes),
   ``target`` / ``s3_target`` (a store on local disk or in a fresh bucket) and ``aws_sandbox``
   (no AWS settings from the machine);
-* ``redis_stream``: the machine's Redis.
+* ``redis_stream``: the machine's Redis;
+* ``nginx_docs``: nginx serving Debian's Python documentation (a real site of ~500 pages).
 
 A server that must be on the machine (Redis, PostgreSQL, tinyproxy) and is not: the test is
 skipped, or fails under ``CI=true``, where it must be there (:func:`unavailable`).
@@ -15,7 +16,10 @@ from __future__ import annotations
 
 import logging
 import os
+import socket
+import subprocess
 import threading
+import time
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -36,6 +40,8 @@ from tests._s3 import Target, local_target, make_s3_target
 __all__ = ["REDIS_URL", "RunningSite", "unavailable"]
 
 REDIS_URL = "redis://127.0.0.1:6379/0"
+NGINX = Path("/usr/sbin/nginx")
+PYTHON_DOCS = Path("/usr/share/doc/python3-doc/html")
 
 
 def unavailable(message: str) -> NoReturn:
@@ -189,3 +195,56 @@ async def add_sandbox_customers(
                     )
     finally:
         await engine.dispose()
+
+
+@dataclass
+class StaticSite:
+    root: Path
+    url: str
+
+
+@pytest.fixture
+def nginx_docs(tmp_path: Path) -> Iterator[StaticSite]:
+    """nginx on a free loopback port serving the Python documentation (``python3-doc``, which
+    ``scripts/install-system-deps`` installs with nginx), one worker, no access log."""
+    if not NGINX.exists() or not (PYTHON_DOCS / "index.html").exists():
+        unavailable(f"nginx ({NGINX}) and python3-doc ({PYTHON_DOCS}) are needed")
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    prefix = tmp_path / "nginx"
+    prefix.mkdir()
+    conf = prefix / "nginx.conf"
+    conf.write_text(
+        f"""daemon off; master_process off; worker_processes 1;
+pid {prefix}/nginx.pid; error_log {prefix}/error.log warn;
+events {{ worker_connections 1024; }}
+http {{
+  access_log off; client_body_temp_path {prefix}; proxy_temp_path {prefix};
+  fastcgi_temp_path {prefix}; uwsgi_temp_path {prefix}; scgi_temp_path {prefix};
+  types {{ text/html html; text/css css; application/javascript js; }}
+  default_type application/octet-stream;
+  server {{ listen 127.0.0.1:{port}; root {PYTHON_DOCS.resolve()}; }}
+}}
+"""
+    )
+    process = subprocess.Popen([str(NGINX), "-p", str(prefix), "-c", str(conf)])
+    try:
+        deadline = time.monotonic() + 10
+        while True:
+            try:
+                socket.create_connection(("127.0.0.1", port), 1).close()
+                break
+            except OSError:
+                if process.poll() is not None or time.monotonic() > deadline:
+                    log = (
+                        (prefix / "error.log").read_text()
+                        if (prefix / "error.log").exists()
+                        else ""
+                    )
+                    pytest.fail(f"nginx did not start on port {port}: {log[-1000:]}")
+                time.sleep(0.05)
+        yield StaticSite(PYTHON_DOCS.resolve(), f"http://127.0.0.1:{port}")
+    finally:
+        process.terminate()
+        process.wait(timeout=10)

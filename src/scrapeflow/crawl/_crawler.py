@@ -250,7 +250,7 @@ class Crawler:
         answer = await self._fetch(http, request)
         if not (200 <= answer.status < 300 or answer.status in self.config.extra_statuses):
             raise HTTPStatusError(answer.status, request.url)
-        response = Response(request, answer, links=self._links)
+        response = Response(request, answer, links=self._links, seen=self._seen_urls)
         try:
             results = await results_of(self.router.route(request.label), response)
             items, requests = _split(results)
@@ -264,6 +264,7 @@ class Crawler:
             status["crawl_last_run"] = now_text()
             return status, False
         links = await self._enqueue(context, [*requests, *response.enqueued])
+        self.summary.duplicates += response.seen_links
         for exporter in self._exporters:
             exporter.write(key, items)
         self.summary.pages += 1
