@@ -46,6 +46,8 @@ The tree::
     │   ├── UnknownJobKind (InputError)     no job kind is registered under that name
     │   ├── JobNotFound (KeyError)          no job has that id
     │   └── JobCancelled                    a job was cancelled (what it stored stays)
+    ├── CrawlError                          a crawl (``scrapeflow.crawl``) cannot run as asked
+    │   └── CrawlInProgress                 another process is running a crawl in that directory
     └── MissingExtra (ImportError)          an optional dependency is not installed
 
 ``ScrapeError`` also derives from :class:`RuntimeError` because the seed's contract is that an
@@ -61,6 +63,8 @@ __all__ = [
     "CaptchaDetected",
     "ConfigError",
     "ConnectionFailed",
+    "CrawlError",
+    "CrawlInProgress",
     "DuplicateMovement",
     "EgressBlocked",
     "FetchError",
@@ -357,6 +361,15 @@ class JobNotFound(JobError, KeyError):
 
 class JobCancelled(JobError):
     """A job was cancelled while it ran; what it had stored stays."""
+
+
+class CrawlError(ScrapeflowError):
+    """A crawl cannot run as asked."""
+
+
+class CrawlInProgress(CrawlError):
+    """Another process is running a crawl in the same directory: two at once would both
+    fetch and export the same pages."""
 
 
 class MissingExtra(ScrapeflowError, ImportError):

@@ -47,14 +47,20 @@ def test_a_crawl_without_code_killed_five_times_resumes_to_the_same_items_none_t
 ) -> None:
     rng = random.Random(7)
     args = crawl_args(slow_site.url, "--concurrency", "16", "--per-host", "16")
+    items = tmp_path / "items.jsonl"
     for _ in range(5):
+        before = len(items.read_text().splitlines()) if items.exists() else 0
         process = subprocess.Popen(
-            [*SCRAPEFLOW, *args], cwd=tmp_path, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE
+            [*SCRAPEFLOW, *args], cwd=tmp_path, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL
         )
-        time.sleep(rng.uniform(0.9, 1.8))  # start-up is ~0.7 s: killed while it crawls
+        # Killed while it crawls: once it has exported something new, at a random instant.
+        deadline = time.monotonic() + 60
+        while (len(items.read_text().splitlines()) if items.exists() else 0) <= before:
+            assert process.poll() is None and time.monotonic() < deadline, "no progress"
+            time.sleep(0.01)
+        time.sleep(rng.uniform(0, 0.3))
         os.kill(process.pid, signal.SIGKILL)
         process.wait()
-        process.stderr.close()  # type: ignore[union-attr]
     partial = (tmp_path / "items.jsonl").read_text()
     finished = run(*args, cwd=tmp_path)
     assert finished.returncode == 0, finished.stderr

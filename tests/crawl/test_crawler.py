@@ -19,6 +19,7 @@ import pytest
 from pydantic import BaseModel
 
 from scrapeflow.crawl import AutoThrottle, CrawlConfig, Crawler, Request, Router
+from scrapeflow.errors import CrawlInProgress
 from scrapeflow.sandbox import PlainSite, SiteConfig, serve_in_thread
 from tests._servers import RunningSite
 
@@ -430,3 +431,70 @@ async def test_the_autothrottle_learns_a_delay_from_the_latency(tmp_path: Path) 
     assert crawler._throttle is not None
     (delay,) = crawler._throttle.delays.values()
     assert 0.015 <= delay <= 0.05  # about 40 ms / 2
+
+
+async def test_two_crawls_in_one_directory_at_once_are_refused(
+    slow_site: RunningSite, tmp_path: Path
+) -> None:
+    config = CrawlConfig(max_depth=2)
+    first = Crawler(page_router(), tmp_path / "c", config=config, exports=[tmp_path / "a.jsonl"])
+    running = asyncio.create_task(first.run([slow_site.page_url(0)]))
+    while not (tmp_path / "a.jsonl").exists():
+        await asyncio.sleep(0.01)
+    second = Crawler(page_router(), tmp_path / "c", config=config, exports=[tmp_path / "b.jsonl"])
+    with pytest.raises(CrawlInProgress, match="another crawl is running in"):
+        await second.run([slow_site.page_url(0)])
+    await running
+    assert not (tmp_path / "b.jsonl").exists()
+    again = await second.run([slow_site.page_url(0)])  # once the first has ended: it may
+    assert again.pages == 0 and again.resumed > 0
+
+
+async def test_a_page_left_unlisted_by_a_kill_is_crawled_when_found_at_another_depth(
+    plain_site: RunningSite, tmp_path: Path
+) -> None:
+    """As if killed after saving page X (found by P) and before saving P: X is listed by no
+    page. On the resume, Q (shallower than P) runs first and finds X at another depth: the
+    stored X stands, and must still be crawled."""
+    directory = tmp_path / "c"
+    config = CrawlConfig(concurrency=1, obey_robots=False)
+    await Crawler(page_router(), directory, config=config).run([plain_site.page_url(0)])
+    statuses = {p.name.split(".")[0]: json.loads(p.read_text()) for p in directory.glob("*.json")}
+    by_page = {int(s["params"]["url"].rsplit("/", 1)[1]): s for s in statuses.values()}
+    depth = {n: s["params"]["depth"] for n, s in by_page.items()}
+    linkers: dict[int, set[int]] = {}
+    for n in by_page:
+        for m in plain_site.site.page_links(n):
+            linkers.setdefault(m, set()).add(n)
+    x, q, p = next(
+        (x, q, p)
+        for x in sorted(by_page)
+        for q in sorted(linkers.get(x, ()))
+        for p in sorted(linkers.get(x, ()))
+        if x not in (0, q, p) and 0 < depth[q] < depth[p] and depth[x] == depth[q] + 1
+    )
+
+    def write(n: int, status: dict[str, Any]) -> None:
+        (directory / f"{status['name']}.status.json").write_text(json.dumps(status))
+
+    def unfinished(n: int) -> dict[str, Any]:
+        s = by_page[n]
+        return {k: s[k] for k in ("name", "params", "added_by") if k in s}
+
+    for finder in by_page.values():  # no finished page lists X
+        if by_page[x]["name"] in finder.get("follow_ups", []):
+            finder["follow_ups"].remove(by_page[x]["name"])
+            write(0, finder)
+    write(p, unfinished(p))
+    write(q, unfinished(q))
+    stored_x = unfinished(x) | {"added_by": by_page[p]["name"]}
+    stored_x["params"] = {**stored_x["params"], "depth": depth[p] + 1}
+    write(x, stored_x)
+    hits = plain_site.hits(f"/page/{x}")
+
+    await Crawler(page_router(), directory, config=config).run([plain_site.page_url(0)])
+
+    assert plain_site.hits(f"/page/{x}") == hits + 1
+    after = json.loads((directory / f"{by_page[x]['name']}.status.json").read_text())
+    assert after["crawl_status"] == "SUCCESS"
+    assert after["params"]["depth"] == depth[p] + 1  # the stored one stands

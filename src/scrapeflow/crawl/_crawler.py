@@ -11,14 +11,17 @@ its items or links are kept, its status records the error, and the next run trie
 
 from __future__ import annotations
 
+import contextlib
+import fcntl
 import logging
 import os
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 from urllib.parse import urlsplit
 
 from scrapeflow._taskify import Context, error_text, now_text, taskify
+from scrapeflow._util.atomic import make_private_dirs
 from scrapeflow.crawl._config import CrawlConfig
 from scrapeflow.crawl._exports import Export, ItemExporter
 from scrapeflow.crawl._items import ItemFlow, Pipeline
@@ -30,7 +33,7 @@ from scrapeflow.crawl._router import Handler, Router, results_of
 from scrapeflow.crawl._sitemaps import read_sitemap
 from scrapeflow.crawl._summary import CrawlSummary
 from scrapeflow.crawl._throttle import HostThrottle
-from scrapeflow.errors import ConfigError, HTTPStatusError, TaskConflict
+from scrapeflow.errors import ConfigError, CrawlInProgress, HTTPStatusError, TaskConflict
 from scrapeflow.status import ERROR_PREFIX, SKIPPED, SUCCESS, JsonDirStore, StatusStore
 
 if TYPE_CHECKING:
@@ -47,6 +50,7 @@ log = logging.getLogger("scrapeflow.crawl")
 StartRequest = str | Request
 _SITEMAP_PREFIX = "sitemap-"
 _EXPORTS_DIR = "exports"
+_LOCK_FILE = "crawl.lock"
 
 
 class Crawler:
@@ -104,14 +108,25 @@ class Crawler:
         ``sitemaps`` (and of the sitemaps the start URLs' robots.txt lists, with
         ``sitemaps_from_robots``), until no request is left; run it again to resume. Returns
         this run's :class:`CrawlSummary`."""
-        from scrapeflow.executor import execute_async
-        from scrapeflow.http import HttpClient
-
         starts = [Request(s) if isinstance(s, str) else s.at_depth(0) for s in start]
         sitemap_urls = list(sitemaps)
         if not starts and not sitemap_urls:
             raise ConfigError("a crawl needs start URLs or sitemaps")
         self.summary = CrawlSummary()
+        self._seen_urls, self._added = set(), set()
+        with _directory_lock(self.directory):
+            return await self._run(starts, sitemap_urls, sitemaps_from_robots, on_progress)
+
+    async def _run(
+        self,
+        starts: list[Request],
+        sitemap_urls: list[str],
+        sitemaps_from_robots: bool,
+        on_progress: Callable[[RunProgress], None] | None,
+    ) -> CrawlSummary:
+        from scrapeflow.executor import execute_async
+        from scrapeflow.http import HttpClient
+
         await self.store.prepare()
         known = list(await self.store.keys())
         self._requests = sum(1 for k in known if not k.startswith(_SITEMAP_PREFIX))
@@ -323,8 +338,14 @@ class Crawler:
             self._added.add(key)
             try:
                 new = await context.add_task(key, request.params())
-            except TaskConflict:  # found before at another depth or with another label
+            except TaskConflict:
+                # Found by an earlier run at another depth or with another label: that one
+                # stands, and is scheduled if it has not run (a run killed between saving it
+                # and saving the page that found it left it listed by no page).
                 new = False
+                stored = await self.store.load(key)
+                if stored is not None:
+                    await context.add_task(key, stored["params"])
             if new:
                 self._requests += 1
                 added += 1
@@ -366,3 +387,23 @@ def _split(results: list[Any]) -> tuple[list[Any], list[Request]]:
     for result in results:
         (requests if isinstance(result, Request) else items).append(result)
     return items, requests
+
+
+@contextlib.contextmanager
+def _directory_lock(directory: Path) -> Iterator[None]:
+    """Hold ``directory``'s crawl lock (``crawl.lock``, an advisory lock the kernel drops when
+    the process dies, ``kill -9`` included); :class:`CrawlInProgress` if another process holds
+    it."""
+    make_private_dirs(directory)
+    fd = os.open(directory / _LOCK_FILE, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
+    try:
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            raise CrawlInProgress(
+                f"another crawl is running in {directory}: wait for it to end, or give "
+                "another directory"
+            ) from None
+        yield
+    finally:
+        os.close(fd)
