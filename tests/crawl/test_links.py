@@ -18,12 +18,15 @@ BASES = [
     "http://h:1/a/b/",
     "http://h:1/a/b/c.html?x=1#f",
     "https://h.example/x/y",
+    "http://h:1?from=/docs/",
+    "http://h:1#x/y",
+    "http://h:1/a?b=/c/d#e/f",
 ]
 HREFS = [
     "d.html", "../d.html", "../../../d.html", "./d.html", "/d.html", "/a/./b/../c", "d/../e/",
     ".", "..", "./", "../", "d.html?q=1/../x", "d.html#frag", "?q=2", "#top", "//other/x",
     "mailto:x", "HTTP://H/x", "http://x/y", "a:b/c", "d/e/..", "d/e/.", "/..", "/../x",
-    "x/..?y", "%2e%2e/x", "a..b/c", ".hidden/x", "..x/y",
+    "x/..?y", "%2e%2e/x", "a..b/c", ".hidden/x", "..x/y", "c?", "c?#f", "/c?", "",
 ]  # fmt: skip
 
 

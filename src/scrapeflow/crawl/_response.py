@@ -242,17 +242,19 @@ class _Joiner:
     def __init__(self, base: str) -> None:
         self.base = base
         start = base.find("//") + 2
-        slash = base.find("/", start)
-        if slash < 0 or start < 2:
-            self.origin, self.directory = base, "/"
-        else:
-            self.origin = base[:slash]
-            path = base[slash:].partition("?")[0].partition("#")[0]
-            self.directory = path[: path.rfind("/") + 1]
+        # The authority ends at the first "/", "?" or "#" (a base may have no path).
+        end = next((i for i in range(start, len(base)) if base[i] in "/?#"), len(base))
+        self.origin = base[:end]
+        path = base[end:].partition("?")[0].partition("#")[0] if base[end : end + 1] == "/" else "/"
+        self.directory = path[: path.rfind("/") + 1]
+        if start < 2:  # not an absolute URL: urllib decides
+            self.origin, self.directory = "", ""
 
     def __call__(self, href: str) -> str:
         if href.startswith(("http://", "https://")):
             return href
+        if not self.origin or href.endswith("?") or "?#" in href:  # urllib drops an empty query
+            return urljoin(self.base, href)
         first = href[:1]
         if first == "/":
             if href[1:2] == "/":
