@@ -25,7 +25,7 @@ import enum
 import ipaddress
 import os
 import tomllib
-from collections.abc import Iterable, Mapping
+from collections.abc import Mapping
 from contextvars import ContextVar
 from pathlib import Path
 from typing import Annotated, Any, ClassVar, Literal
@@ -39,6 +39,7 @@ from pydantic_settings import (
     SettingsConfigDict,
 )
 
+from scrapeflow._util.egress import parse_egress_allow
 from scrapeflow.errors import ConfigError
 
 __all__ = [
@@ -294,7 +295,6 @@ class Settings(BaseSettings):
     @field_validator("forwarded_allow_ips", mode="before")
     @classmethod
     def _parse_forwarded(cls, value: Any) -> Any:
-        import ipaddress
 
         items = value.split(",") if isinstance(value, str) else value
         if not isinstance(items, list | tuple):
@@ -398,34 +398,6 @@ def read_config_file(path: Path) -> dict[str, Any]:
             f"{path}: {', '.join(secrets)} belong(s) in the environment, not in a file"
         )
     return data
-
-
-def parse_egress_allow(items: Iterable[str]) -> tuple[str, ...]:
-    """The ``egress_allow`` entries, checked and normalised: CIDRs or addresses (``10.0.0.0/8``,
-    ``127.0.0.2``) and host names (``hooks.internal``, or ``.corp.example`` for every name
-    under it). Raises ``ValueError`` naming the first bad entry."""
-    entries: list[str] = []
-    for raw in items:
-        entry = raw.strip().lower()
-        entry = entry[:-1] if entry.endswith(".") and not entry.endswith("..") else entry
-        if not entry:
-            continue
-        try:
-            entries.append(str(ipaddress.ip_network(entry.strip("[]"), strict=False)))
-            continue
-        except ValueError:
-            pass
-        name = entry.removeprefix(".")
-        labels = name.split(".")
-        if (
-            not name
-            or len(name) > 253
-            or any(not label or len(label) > 63 for label in labels)
-            or not all(c.isalnum() or c in "-_" for label in labels for c in label)
-        ):
-            raise ValueError(f"{raw.strip()!r} is neither a CIDR nor a host name")
-        entries.append(entry)
-    return tuple(dict.fromkeys(entries))
 
 
 def parse_bank_urls(items: list[str]) -> dict[str, str]:

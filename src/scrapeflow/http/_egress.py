@@ -45,8 +45,8 @@ import aiohttp
 import yarl
 from aiohttp.abc import AbstractResolver, ResolveResult
 
+from scrapeflow._util.egress import parse_egress_allow
 from scrapeflow._util.redact import redact
-from scrapeflow.config import parse_egress_allow
 from scrapeflow.errors import ConnectionFailed, EgressBlocked, InputError
 
 if TYPE_CHECKING:
