@@ -166,8 +166,11 @@ class Response:
         base = self.base_url
         join = _Joiner(base)
         seen: dict[str, None] = {}
-        # lxml's own nodes, not parsel's Selector objects: a page's links cost microseconds.
-        for found in self.selector.root.xpath(query):
+        # lxml's own nodes, not parsel's Selector objects: a page's links cost microseconds;
+        # and a bare tag name walks the tree (lxml's iter) rather than evaluating XPath.
+        root = self.selector.root
+        found_all = root.iter(selector.lower()) if selector.isalpha() else root.xpath(query)
+        for found in found_all:
             href = found if isinstance(found, str) else found.get("href") or found.get("src")
             if not href:
                 continue
@@ -273,10 +276,11 @@ class _Joiner:
 
 
 def _split_query(path: str) -> tuple[str, str, str]:
-    for i, char in enumerate(path):
-        if char in "?#":
-            return path[:i], char, path[i + 1 :]
-    return path, "", ""
+    query, fragment = path.find("?"), path.find("#")
+    cut = query if fragment < 0 or 0 <= query < fragment else fragment
+    if cut < 0:
+        return path, "", ""
+    return path[:cut], path[cut], path[cut + 1 :]
 
 
 def _remove_dot_segments(path: str) -> str:
