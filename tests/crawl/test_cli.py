@@ -161,3 +161,26 @@ def test_shell_fetches_a_page_for_a_python_prompt(plain_site: RunningSite, tmp_p
     assert plain_site.site.page_title(4) in done.stdout
     one = run("shell", url, "-c", "print(len(response.links('ul.links a')))", cwd=tmp_path)
     assert one.stdout.strip() == str(len(set(plain_site.site.page_links(3))))
+
+
+def test_a_spider_modules_config_holds_unless_a_flag_says_otherwise(
+    plain_site: RunningSite, tmp_path: Path
+) -> None:
+    (tmp_path / "echo.py").write_text(
+        f"""
+from scrapeflow.crawl import CrawlConfig
+
+start_urls = ["{plain_site.url}/echo"]
+config = CrawlConfig(user_agent="mybot/1.0", obey_robots=False, max_depth=0)
+
+
+def parse(response):
+    return {{"ua": response.json()["headers"]["User-Agent"]}}
+"""
+    )
+    done = run("crawl", "echo.py", "-o", "a.jsonl", cwd=tmp_path)
+    assert done.returncode == 0, done.stderr
+    assert json.loads((tmp_path / "a.jsonl").read_text()) == {"ua": "mybot/1.0"}
+    flag = run("crawl", "echo.py", "-o", "b.jsonl", "--user-agent", "other", cwd=tmp_path)
+    assert json.loads((tmp_path / "b.jsonl").read_text()) == {"ua": "other"}, flag.stderr
+    assert plain_site.hits("/robots.txt") == 0

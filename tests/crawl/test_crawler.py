@@ -498,3 +498,90 @@ async def test_a_page_left_unlisted_by_a_kill_is_crawled_when_found_at_another_d
     after = json.loads((directory / f"{by_page[x]['name']}.status.json").read_text())
     assert after["crawl_status"] == "SUCCESS"
     assert after["params"]["depth"] == depth[p] + 1  # the stored one stands
+
+
+def edge_site() -> Any:
+    """The plain site, with a page linking to a port out of range, a sitemap that is no
+    sitemap, and a gzip stream cut short."""
+    from aiohttp import web
+
+    site = PlainSite(SiteConfig(pages=50))
+
+    async def bad_links(request: web.Request) -> web.Response:
+        body = '<a href="http://127.0.0.1:99999/x">x</a><a href="/page/1">one</a>'
+        return web.Response(text=f"<html><body>{body}</body></html>", content_type="text/html")
+
+    async def empty(request: web.Request) -> web.Response:
+        return web.Response(body=b"", content_type="application/xml")
+
+    async def cut_gzip(request: web.Request) -> web.Response:
+        return web.Response(body=b"\x1f\x8b\x08\x00garbage", content_type="application/gzip")
+
+    def app() -> web.Application:
+        made = site.app()
+        made.router.add_get("/bad-links", bad_links)
+        made.router.add_get("/empty.xml", empty)
+        made.router.add_get("/cut.xml.gz", cut_gzip)
+        return made
+
+    return app
+
+
+async def test_a_bad_link_or_a_bad_sitemap_fails_alone(tmp_path: Path) -> None:
+    router = Router()
+
+    @router.default_handler
+    async def page(response):  # type: ignore[no-untyped-def]
+        response.enqueue_links("a", strategy="all")
+        yield {"url": response.url}
+
+    with serve_in_thread(edge_site()) as url:
+        crawler = Crawler(router, tmp_path / "c", config=CrawlConfig(max_depth=1))
+        summary = await crawler.run(
+            [f"{url}/bad-links"], sitemaps=[f"{url}/empty.xml", f"{url}/cut.xml.gz"]
+        )
+    assert summary.bad_links == 1
+    assert summary.errors == {"ScrapeError": 2}
+    assert summary.pages == 2  # /bad-links and /page/1
+
+
+async def test_an_item_the_store_cannot_hold_fails_its_page_only(
+    plain_site: RunningSite, tmp_path: Path
+) -> None:
+    router = Router()
+
+    @router.default_handler
+    async def page(response):  # type: ignore[no-untyped-def]
+        response.enqueue_links("ul.links a")
+        big = response.request.depth == 1
+        yield {"n": 2**70 if big else 1, "score": float("nan")}
+
+    exports = [tmp_path / "i.jsonl", tmp_path / "i.parquet"]
+    crawler = Crawler(router, tmp_path / "c", config=CrawlConfig(max_depth=1), exports=exports)
+    summary = await crawler.run([plain_site.page_url(0)])
+    assert summary.errors == {"InputError": len(set(plain_site.site.page_links(0)))}
+    assert read_jsonl(exports[0]) == [{"n": 1, "score": None}]  # NaN is null, as stored
+    again = await crawler.run([plain_site.page_url(0)])  # the failed pages fail again, alone
+    assert again.pages == 0 and again.items_dropped == 0 and sum(again.errors.values()) == 8
+
+
+async def test_parquet_keeps_a_field_whose_type_changes_as_json_text(
+    plain_site: RunningSite, tmp_path: Path
+) -> None:
+    router = Router()
+
+    @router.default_handler
+    async def page(response):  # type: ignore[no-untyped-def]
+        response.enqueue_links("ul.links a")
+        n = int(response.url.rsplit("/", 1)[1])
+        yield {"n": n, "v": n if n % 2 else f"odd {n}"}
+
+    out = tmp_path / "i.parquet"
+    await Crawler(router, tmp_path / "c", config=CrawlConfig(max_depth=1), exports=[out]).run(
+        [plain_site.page_url(0)]
+    )
+    rows = pq.read_table(out).to_pylist()
+    assert {r["n"]: json.loads(r["v"]) for r in rows} == {
+        r["n"]: r["n"] if r["n"] % 2 else f"odd {r['n']}" for r in rows
+    }
+    assert len(rows) == len(set(reachable(plain_site.site, 0, depth=1)))

@@ -73,6 +73,8 @@ def test_bad_crawl_jobs_are_refused_and_need_the_jobs_scope(
             ({"start_urls": start, "strategy": "planet"}, "strategy"),
             ({"start_urls": []}, "start_urls"),
             ({"start_urls": start, "code": "import os"}, "code"),
+            ({"start_urls": start, "items": ["t=xpath://h1/text()"]}, "XPath fields"),
+            ({"start_urls": start, "include": ["http*a*a*a*a*b"]}, "at most 4"),
         ]:
             answer = client.post("/v1/jobs", json={"kind": "crawl", "params": params})
             body = problem(answer, 422, answer.json().get("type", ""))

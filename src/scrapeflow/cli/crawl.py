@@ -3,6 +3,7 @@ Python prompt)."""
 
 from __future__ import annotations
 
+import dataclasses
 import importlib.util
 import sys
 from pathlib import Path
@@ -51,8 +52,12 @@ def crawl(
         int | None, typer.Option(help="Links followed from a start URL at most.")
     ] = None,
     same: Annotated[
-        str, typer.Option(help="Follow links to the same hostname, domain or origin, or all.")
-    ] = "hostname",
+        str | None,
+        typer.Option(
+            help="Follow links to the same hostname, domain or origin, or all.",
+            show_default="hostname",
+        ),
+    ] = None,
     include: Annotated[
         list[str] | None, typer.Option(help="Follow only URLs matching this glob (repeat).")
     ] = None,
@@ -65,9 +70,15 @@ def crawl(
     allowed_domain: Annotated[
         list[str] | None, typer.Option(help="Stay on this domain and its subdomains (repeat).")
     ] = None,
-    concurrency: Annotated[int, typer.Option(help="Pages fetched at once.")] = 32,
-    per_host: Annotated[int, typer.Option(help="Requests in flight per host.")] = 8,
-    delay: Annotated[float, typer.Option(help="Seconds between requests to a host.")] = 0.0,
+    concurrency: Annotated[
+        int | None, typer.Option(help="Pages fetched at once.", show_default="32")
+    ] = None,
+    per_host: Annotated[
+        int | None, typer.Option(help="Requests in flight per host.", show_default="8")
+    ] = None,
+    delay: Annotated[
+        float | None, typer.Option(help="Seconds between requests to a host.", show_default="0")
+    ] = None,
     autothrottle: Annotated[
         float | None, typer.Option(help="Adapt delays to aim at this many requests per host.")
     ] = None,
@@ -81,8 +92,12 @@ def crawl(
         bool, typer.Option(help="Fetch what robots.txt disallows (off: it is obeyed).")
     ] = False,
     user_agent: Annotated[
-        str, typer.Option(help="User-Agent sent, and the name robots.txt rules are read for.")
-    ] = "scrapeflow",
+        str | None,
+        typer.Option(
+            help="User-Agent sent, and the name robots.txt rules are read for.",
+            show_default="scrapeflow",
+        ),
+    ] = None,
     strict: Annotated[bool, typer.Option(help="A handler's exception stops the crawl.")] = False,
     dir: Annotated[
         Path | None,
@@ -123,28 +138,32 @@ def crawl(
             router = _module_router(module, target)
             starts = starts or list(getattr(module, "start_urls", []))
             base = getattr(module, "config", None) or CrawlConfig()
+            if not isinstance(base, CrawlConfig):
+                fail(f"{target}: config is a {type(base).__name__}, not a CrawlConfig")
             pipelines = list(getattr(module, "pipelines", []))
             model = getattr(module, "item_model", None)
         if not starts and not sitemap:
             fail("no start URL: give one, or start_urls in the module, or --sitemap")
-        if same not in ("hostname", "domain", "origin", "all"):
+        if same not in (None, "hostname", "domain", "origin", "all"):
             fail(f"--same is hostname, domain, origin or all, got {same!r}")
-        strategy = "all" if same == "all" else f"same-{same}"
-        config = CrawlConfig(
-            max_depth=depth if depth is not None else base.max_depth,
-            max_requests=max_requests if max_requests is not None else base.max_requests,
-            allowed_domains=tuple(allowed_domain or base.allowed_domains),
-            strategy=strategy,  # type: ignore[arg-type]
-            concurrency=concurrency,
-            per_host=per_host,
-            delay=delay,
-            obey_robots=not ignore_robots and base.obey_robots,
-            user_agent=user_agent,
-            autothrottle=AutoThrottle(autothrottle) if autothrottle else base.autothrottle,
-            strict=strict or base.strict,
-            include=tuple(include or base.include),
-            exclude=tuple(exclude or base.exclude),
-        )
+        strategy = None if same is None else "all" if same == "all" else f"same-{same}"
+        # The module's config, with what the command line gives over it.
+        given: dict[str, Any] = {
+            "max_depth": depth,
+            "max_requests": max_requests,
+            "allowed_domains": tuple(allowed_domain) if allowed_domain else None,
+            "strategy": strategy,
+            "concurrency": concurrency,
+            "per_host": per_host,
+            "delay": delay,
+            "obey_robots": False if ignore_robots else None,
+            "user_agent": user_agent,
+            "autothrottle": AutoThrottle(autothrottle) if autothrottle else None,
+            "strict": True if strict else None,
+            "include": tuple(include) if include else None,
+            "exclude": tuple(exclude) if exclude else None,
+        }
+        config = dataclasses.replace(base, **{k: v for k, v in given.items() if v is not None})
         outputs = list(output or [])
         directory = dir or (
             outputs[0].with_name(outputs[0].name + ".crawl") if outputs else Path("crawl")

@@ -15,6 +15,7 @@ import contextlib
 import fcntl
 import logging
 import os
+import zlib
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -33,7 +34,13 @@ from scrapeflow.crawl._router import Handler, Router, results_of
 from scrapeflow.crawl._sitemaps import read_sitemap
 from scrapeflow.crawl._summary import CrawlSummary
 from scrapeflow.crawl._throttle import HostThrottle
-from scrapeflow.errors import ConfigError, CrawlInProgress, HTTPStatusError, TaskConflict
+from scrapeflow.errors import (
+    ConfigError,
+    CrawlInProgress,
+    HTTPStatusError,
+    ScrapeError,
+    TaskConflict,
+)
 from scrapeflow.status import ERROR_PREFIX, SKIPPED, SUCCESS, JsonDirStore, StatusStore
 
 if TYPE_CHECKING:
@@ -80,6 +87,9 @@ class Crawler:
         self.directory = Path(directory)
         self.config = config or CrawlConfig()
         self.exports = [Export.of(e) for e in exports]
+        paths = [e.path.resolve() for e in self.exports]
+        if len(set(paths)) != len(paths):
+            raise ConfigError("two exports write to the same file: give each its own")
         self.flow = ItemFlow(pipelines, model=item_model)
         self.store = store or JsonDirStore(self.directory)
         self._http_config = http
@@ -114,6 +124,8 @@ class Crawler:
             raise ConfigError("a crawl needs start URLs or sitemaps")
         self.summary = CrawlSummary()
         self._seen_urls, self._added = set(), set()
+        self.flow.dropped = self.flow.invalid = 0
+        self.flow.first_invalid = None
         with _directory_lock(self.directory):
             return await self._run(starts, sitemap_urls, sitemaps_from_robots, on_progress)
 
@@ -223,9 +235,15 @@ class Crawler:
         self._exporters = [ItemExporter(e, journal_dir) for e in self.exports]
 
     def _close_exports(self) -> None:
-        for exporter in self._exporters:
-            exporter.close()
-        self._exporters = []
+        exporters, self._exporters = self._exporters, []
+        failed: BaseException | None = None
+        for exporter in exporters:  # every one closed, whatever one of them raised
+            try:
+                exporter.close()
+            except Exception as exc:
+                failed = failed or exc
+        if failed is not None:
+            raise failed
 
     async def _export_stored(self, known: set[str]) -> None:
         """Pages done in an earlier run whose items an export lacks (a new export file, one
@@ -326,7 +344,11 @@ class Crawler:
                 if not domain_allowed(host, c.allowed_domains):
                     summary.offsite += 1
                     continue
-            key = request.key
+            try:
+                key = request.key
+            except ValueError:  # a port out of range, a host w3lib cannot encode: not a page
+                summary.bad_links += 1
+                continue
             if plain:
                 self._seen_urls.add(request.url)
             if key in self._added:
@@ -360,9 +382,16 @@ class Crawler:
         answer = await http.request("GET", url)
         if answer.status != 200:
             raise HTTPStatusError(answer.status, url)
-        sitemap = read_sitemap(answer.body)
+        try:
+            sitemap = read_sitemap(answer.body)
+        except (ValueError, zlib.error) as exc:  # empty, not XML, a corrupt gzip stream
+            raise ScrapeError(f"{url} is not a readable sitemap: {exc}") from None
         since = self.config.sitemap_since
+        host = urlsplit(url).hostname
         for child, _ in sitemap.sitemaps:
+            if urlsplit(child).hostname != host:  # the protocol's rule: a sitemap lists its host's
+                self.summary.offsite += 1
+                continue
             await context.add_task(
                 _SITEMAP_PREFIX + fingerprint(child), {"url": child, "sitemap": True}
             )

@@ -199,7 +199,18 @@ class ItemExporter:
         columns: dict[str, None] = {}
         for row in rows:  # every item's fields, in the order they first appear
             columns.update(dict.fromkeys(row))
-        table = pa.table({c: [row.get(c) for row in rows] for c in columns})
+        data = {c: [row.get(c) for row in rows] for c in columns}
+        arrays = {}
+        for name, values in data.items():
+            try:
+                arrays[name] = pa.array(values)
+            except (pa.ArrowInvalid, pa.ArrowTypeError, OverflowError):
+                # Values of several types in one field ({"n": 5} here, {"n": "abc"} there):
+                # a column of JSON texts, rather than no file at all.
+                arrays[name] = pa.array(
+                    [None if v is None else json.dumps(v, ensure_ascii=False) for v in values]
+                )
+        table = pa.table(arrays)
         temp = self.export.path.with_name(f".{self.export.path.name}.sf-tmp-{os.getpid()}")
         try:
             pq.write_table(table, temp)

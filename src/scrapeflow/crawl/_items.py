@@ -12,10 +12,11 @@ from __future__ import annotations
 import dataclasses
 import datetime as dt
 import inspect
-import json
 from collections.abc import Callable, Sequence
 from decimal import Decimal
 from typing import TYPE_CHECKING, Any
+
+import orjson
 
 from scrapeflow.errors import InputError
 
@@ -57,7 +58,12 @@ def plain_item(item: object) -> Item:
         if not isinstance(item, dict):
             raise TypeError(f"a handler gave a {type(item).__name__}")
     try:
-        plain = json.loads(json.dumps(item, default=_json_value))
+        # orjson, as the page's status is saved with: what it refuses (an integer past 64
+        # bits) fails the page here, not the save after the item was exported; NaN and
+        # infinities become null in both.
+        plain = orjson.loads(
+            orjson.dumps(item, default=_json_value, option=orjson.OPT_NON_STR_KEYS)
+        )
     except (TypeError, ValueError) as exc:
         raise InputError(f"an item is not JSON: {exc}") from None
     return plain  # type: ignore[no-any-return]

@@ -11,6 +11,7 @@ with their pages and are read through ``GET /v1/jobs/{id}/results``.
 
 from __future__ import annotations
 
+import json
 import math
 from collections.abc import AsyncIterator, Callable, Mapping
 from contextlib import asynccontextmanager
@@ -59,6 +60,11 @@ MAX_CRAWL_PATTERNS = 20
 MAX_CRAWL_CONCURRENCY = 256
 MAX_CRAWL_PER_HOST = 64
 MAX_CRAWL_DELAY = 60.0
+MAX_GLOB_WILDCARDS = 4
+"""Wildcards in one include or exclude glob of a job, at most."""
+MAX_ITEM_BYTES = 64 * 1024
+"""One item of a crawl job as JSON, at most: a page whose item is bigger fails (its results
+are read through the API, a page at a time)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -108,6 +114,22 @@ class CrawlJobParams:
             delay=_delay(params.get("delay", 0.0)),
             obey_robots=_flag("obey_robots", params.get("obey_robots", True)),
         )
+        for field_text in checked.items:
+            if "xpath:" in field_text.partition("=")[2][:10]:
+                raise InputError(
+                    f"items: {field_text[:60]!r}: XPath fields are for crawls with code; a job "
+                    "takes CSS selectors (its cost is bounded; XPath's, with regular "
+                    "expressions, is not)"
+                )
+        for name in ("include", "exclude"):
+            for glob in getattr(checked, name):
+                stars = glob.replace("**", "*").count("*") + glob.count("?")
+                if stars > MAX_GLOB_WILDCARDS:
+                    raise InputError(
+                        f"{name}: {glob[:60]!r} has {stars} wildcards, at most "
+                        f"{MAX_GLOB_WILDCARDS} (matching many against a long URL costs "
+                        "seconds)"
+                    )
         checked.spec()  # selectors and fields compile, or InputError
         return checked
 
@@ -263,6 +285,12 @@ class CrawlJobs:
             counts.update(done=run.done, failed=run.failed)
             progress(done=run.done, total=run.total, failed=run.failed)
 
+        def bounded(item: dict[str, Any], response: Any) -> dict[str, Any]:
+            size = len(json.dumps(item, ensure_ascii=False).encode())
+            if size > MAX_ITEM_BYTES:
+                raise InputError(f"an item of {size:,} bytes, more than {MAX_ITEM_BYTES:,}")
+            return item
+
         async with self.status_store(job_id) as store:
             if not isinstance(store, JsonDirStore):
                 make_private_dirs(self.directory(job_id))  # the engine's working directory
@@ -272,6 +300,7 @@ class CrawlJobs:
                 config=config,
                 store=store,
                 http=http,
+                pipelines=[bounded],
             )
             summary = await crawler.run(list(checked.start_urls), on_progress=moved)
         return summary.as_dict()

@@ -30,6 +30,8 @@ class CrawlSummary:
     too_deep: int = 0
     over_limit: int = 0
     """Links dropped because the crawl holds ``max_requests`` requests."""
+    bad_links: int = 0
+    """Links whose URL is not one a request can be made for (a port out of range…)."""
     sitemaps: int = 0
     started: float = field(default_factory=time.monotonic)
     elapsed: float = 0.0
@@ -55,6 +57,7 @@ class CrawlSummary:
             "offsite": self.offsite,
             "too_deep": self.too_deep,
             "over_limit": self.over_limit,
+            "bad_links": self.bad_links,
             "sitemaps": self.sitemaps,
             "elapsed": round(self.elapsed, 3),
         }
@@ -74,6 +77,7 @@ class CrawlSummary:
             (self.offsite, "links off the allowed domains"),
             (self.too_deep, "links past max_depth"),
             (self.over_limit, "links past max_requests"),
+            (self.bad_links, "links that are not URLs of pages"),
             (self.items_dropped, "items dropped by pipelines"),
             (self.items_invalid, "items the model refused"),
         ]
