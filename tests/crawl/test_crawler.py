@@ -585,3 +585,37 @@ async def test_parquet_keeps_a_field_whose_type_changes_as_json_text(
         r["n"]: r["n"] if r["n"] % 2 else f"odd {r['n']}" for r in rows
     }
     assert len(rows) == len(set(reachable(plain_site.site, 0, depth=1)))
+
+
+async def test_redirects_are_judged_like_links(tmp_path: Path) -> None:
+    site = PlainSite(SiteConfig(pages=50, disallow=("/page/7",)))
+    router = Router()
+
+    @router.default_handler
+    async def start(response):  # type: ignore[no-untyped-def]
+        for href in ("/redirect/5", "/page/5", "/redirect/6", "/redirect/7"):
+            yield response.follow(href, label="leaf")
+
+    @router.handler("leaf")
+    async def leaf(response):  # type: ignore[no-untyped-def]
+        yield {"url": response.url}
+
+    with serve_in_thread(site.app) as url:
+        crawler = Crawler(router, tmp_path / "c", config=CrawlConfig(concurrency=1))
+        summary = await crawler.run(
+            [f"{url}/page/0"],
+        )
+        items = {i["url"] for i in read_jsonl_items(crawler)}
+    assert site.hits["/page/5"] == 1 and site.hits["/page/6"] == 1
+    assert site.hits["/page/7"] == 0  # robots.txt disallows where the redirect leads
+    assert summary.robots_skipped == 1 and summary.duplicates >= 1
+    assert items == {f"{url}/page/5", f"{url}/page/6"}
+
+
+def read_jsonl_items(crawler: Crawler) -> list[dict[str, Any]]:
+    """The items stored with the crawl's pages (its status files)."""
+    found = []
+    for path in crawler.directory.glob("*.status.json"):
+        status = json.loads(path.read_text())
+        found += (status.get("crawl") or {}).get("items") or []
+    return found

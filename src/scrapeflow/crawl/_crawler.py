@@ -19,7 +19,7 @@ import zlib
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
-from urllib.parse import urlsplit
+from urllib.parse import urljoin, urlsplit
 
 from scrapeflow._taskify import Context, error_text, now_text, taskify
 from scrapeflow._util.atomic import make_private_dirs
@@ -58,6 +58,8 @@ StartRequest = str | Request
 _SITEMAP_PREFIX = "sitemap-"
 _EXPORTS_DIR = "exports"
 _LOCK_FILE = "crawl.lock"
+_REDIRECTS = frozenset({301, 302, 303, 307, 308})
+_MAX_REDIRECTS = 10
 
 
 class Crawler:
@@ -281,6 +283,8 @@ class Crawler:
             self.summary.robots_skipped += 1
             return {"url": request.url, "skipped": "robots.txt"}
         answer = await self._fetch(http, request)
+        if isinstance(answer, dict):  # a redirect to a page robots.txt disallows, or one seen
+            return answer
         if not (200 <= answer.status < 300 or answer.status in self.config.extra_statuses):
             raise HTTPStatusError(answer.status, request.url)
         response = Response(request, answer, links=self._links, seen=self._seen_urls)
@@ -311,18 +315,52 @@ class Crawler:
         }
 
     async def _fetch(self, http: HttpClient, request: Request) -> Any:
+        """The page's answer, redirects followed here, hop by hop, as new requests of the
+        crawl: each one's target is judged by robots.txt and de-duplicated like a link (a
+        redirect to a page the crawl has already is not fetched again). The page's output
+        instead of an answer when a redirect ends there."""
         headers = {"User-Agent": self.config.user_agent} if self.config.user_agent else {}
         headers.update(request.headers or {})
+        url, method, body = request.url, request.method, request.body
+        hops = 0
+        while True:
+            answer = await self._fetch_one(http, method, url, body, headers)
+            location = answer.headers.get("Location")
+            if answer.status not in _REDIRECTS or not location:
+                return answer
+            if hops == _MAX_REDIRECTS:
+                raise ScrapeError(f"more than {_MAX_REDIRECTS} redirects from {request.url}")
+            hops += 1
+            target = urljoin(url, location.strip()).partition("#")[0]
+            if not target.startswith(("http://", "https://")):
+                raise ScrapeError(f"{url} redirects to {target[:80]!r}, not an http(s) URL")
+            if answer.status == 303 or (answer.status in (301, 302) and method == "POST"):
+                method, body = "GET", None  # as browsers do
+            robots = self._robots
+            if self.config.obey_robots and robots is not None and not await robots.allows(target):
+                self.summary.robots_skipped += 1
+                return {"url": request.url, "redirected_to": target, "skipped": "robots.txt"}
+            try:
+                key = fingerprint(target, method, body)
+            except ValueError as exc:
+                raise ScrapeError(f"{url} redirects to a URL that is not one: {exc}") from None
+            if key != request.key and (key in self._added or await self.store.exists(key)):
+                self.summary.duplicates += 1
+                return {"url": request.url, "redirected_to": target, "skipped": "duplicate"}
+            self._added.add(key)
+            if method == "GET" and body is None:
+                self._seen_urls.add(target)
+            url = target
+
+    async def _fetch_one(
+        self, http: HttpClient, method: str, url: str, body: str | None, headers: dict[str, str]
+    ) -> Any:
         throttle = self._throttle
-        host = urlsplit(request.url).netloc
+        host = urlsplit(url).netloc
         if throttle is not None:
             await throttle.wait(host)
         answer = await http.request(
-            request.method,
-            request.url,
-            data=request.body,
-            headers=headers,
-            retry_statuses=None,
+            method, url, data=body, headers=headers, retry_statuses=None, allow_redirects=False
         )
         if throttle is not None:
             throttle.observe(host, answer.elapsed, 200 <= answer.status < 300)

@@ -102,7 +102,8 @@ class Response:
     @property
     def selector(self) -> Selector:
         if self._selector is None:
-            kind = "xml" if "xml" in self.headers.get("Content-Type", "") else "html"
+            content_type = self.headers.get("Content-Type", "").lower()
+            kind = "xml" if "xml" in content_type and "html" not in content_type else "html"
             self._selector = Selector(text=self.text, type=kind, base_url=self.url)
         return self._selector
 
