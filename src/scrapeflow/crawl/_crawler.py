@@ -50,7 +50,7 @@ if TYPE_CHECKING:
     from scrapeflow.http import HttpClient, HttpConfig
     from scrapeflow.statusdata import StatusData
 
-__all__ = ["Crawler", "StartRequest"]
+__all__ = ["Crawler", "StartRequest", "is_sitemap_key"]
 
 log = logging.getLogger("scrapeflow.crawl")
 
@@ -446,6 +446,11 @@ class Crawler:
             "pages": len(sitemap.pages),
             "added": added,
         }
+
+
+def is_sitemap_key(key: str) -> bool:
+    """Whether a task of a crawl is a sitemap's (not a page's)."""
+    return key.startswith(_SITEMAP_PREFIX)
 
 
 def _split(results: list[Any]) -> tuple[list[Any], list[Request]]:

@@ -21,7 +21,7 @@ from typing import TYPE_CHECKING, Any
 
 from scrapeflow._util.atomic import make_private_dirs
 from scrapeflow.crawl._config import CrawlConfig
-from scrapeflow.crawl._crawler import Crawler
+from scrapeflow.crawl._crawler import Crawler, is_sitemap_key
 from scrapeflow.crawl._links import STRATEGIES
 from scrapeflow.crawl._nocode import CrawlSpec
 from scrapeflow.errors import InputError
@@ -310,7 +310,7 @@ class CrawlJobs:
         keys (stable: while the job runs, new pages may appear between those listed)."""
         async with self.status_store(job_id) as store:
             await store.prepare()
-            keys = sorted(k for k in await store.keys() if not k.startswith("sitemap-"))
+            keys = sorted(k for k in await store.keys() if not is_sitemap_key(k))
             chosen = keys[start : start + limit]
             loader = getattr(store, "load_many", None)
             if loader is not None:
