@@ -35,7 +35,9 @@ The tree::
     │   ├── RefreshInProgress               the customer is already being refreshed
     │   ├── ResultsNotStored                a refresh could not store what it read: run it again
     │   ├── SessionExpired                  the bank ended the session: log in again, go on
-    │   └── UnknownScraper (LookupError)    no scraper is registered under that bank code
+    │   ├── UnknownScraper (LookupError)    no scraper is registered under that bank code
+    │   ├── NotRecorded                     a replayed scraper sent a request its recording lacks
+    │   └── GoldenMismatch (AssertionError) what a replayed scraper read is not its golden file
     ├── StorageError                        the blob store cannot be used as asked
     │   ├── StoreUnavailable                no such bucket, access denied, endpoint down
     │   ├── ObjectNotFound (KeyError)       nothing stored under that name (content, fetch log)
@@ -70,6 +72,7 @@ __all__ = [
     "FetchError",
     "FetchInProgress",
     "FetchTimeout",
+    "GoldenMismatch",
     "HTTPStatusError",
     "InputError",
     "InvalidAccount",
@@ -80,6 +83,7 @@ __all__ = [
     "MissingExtra",
     "MissingSetting",
     "NoProxyAvailable",
+    "NotRecorded",
     "ObjectNotFound",
     "ProxiesNotLoaded",
     "ProxyError",
@@ -297,6 +301,16 @@ class UnknownScraper(BankingError, LookupError):
 
     def __str__(self) -> str:
         return str(self.args[0]) if self.args else ""
+
+
+class NotRecorded(BankingError):
+    """A scraper played against a recording (``scrapeflow.banking.testing``) sent a request
+    the recording does not hold: the message names it, and the recorded requests nearest."""
+
+
+class GoldenMismatch(BankingError, AssertionError):
+    """What a scraper read from a recording differs from its golden file; the message lists
+    the differences (``--update-golden`` writes the file anew once they are right)."""
 
 
 class JsError(ScrapeflowError):

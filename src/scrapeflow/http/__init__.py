@@ -8,6 +8,9 @@
 * coherent browser identities (:data:`IDENTITIES`);
 * an egress policy for client-given URLs: which address classes they may reach, checked at
   registration and at dial time (:class:`EgressPolicy`);
+* every exchange (request as sent, redirects, answer) told to observers
+  (``HttpClient.observers``), and the wire itself replaceable (:class:`Wire`: a recording
+  played back);
 * stats per host and per proxy (:class:`Stats`), and per host for the whole process
   (:func:`process_traffic`).
 
@@ -25,6 +28,7 @@ from scrapeflow.http._egress import (
     judge_target,
     parse_egress_allow,
 )
+from scrapeflow.http._exchange import Exchange, Hop, Observer, Wire, request_body, requested_url
 from scrapeflow.http._failures import FAILURE_CLASSES, failure_class
 from scrapeflow.http._identity import IDENTITIES, Identity, pick_identity
 from scrapeflow.http._proxypool import ProxyPool, proxy_label
@@ -35,17 +39,21 @@ __all__ = [
     "FAILURE_CLASSES",
     "IDENTITIES",
     "EgressPolicy",
+    "Exchange",
+    "Hop",
     "HostPolicy",
     "HostTraffic",
     "HttpClient",
     "HttpConfig",
     "Identity",
+    "Observer",
     "ProxyPool",
     "Response",
     "RetryPolicy",
     "ScrapeSession",
     "Stats",
     "TrafficStats",
+    "Wire",
     "address_class",
     "egress_refusal",
     "failure_class",
@@ -54,4 +62,6 @@ __all__ = [
     "pick_identity",
     "process_traffic",
     "proxy_label",
+    "request_body",
+    "requested_url",
 ]

@@ -21,7 +21,7 @@ from scrapeflow._util.redact import redact
 from scrapeflow.errors import EgressBlocked, FetchError, NoProxyAvailable
 from scrapeflow.http._config import HttpConfig
 from scrapeflow.http._egress import EgressPolicy, egress_refusal, judge_target
-from scrapeflow.http._exchange import exchange
+from scrapeflow.http._exchange import Observer, Wire, exchange
 from scrapeflow.http._hosts import HostLimiter, HostSlot
 from scrapeflow.http._outcome import Outcome, count_failure, describe, error_text, judge
 from scrapeflow.http._proxypool import ProxyPool, proxy_label
@@ -52,8 +52,13 @@ class Attempts:
         pool: ProxyPool | None,
         egress: EgressPolicy | None,
         is_ban: BanCheck | None,
+        wire: Wire | None = None,
+        observers: list[Observer] | None = None,
     ) -> None:
         self._config = config
+        self._wire: Wire = wire or exchange
+        self._observers = observers if observers is not None else []
+        """Told of every exchange (the client's list: observers added later are told too)."""
         self._connections = connections
         """The global cap (``max_connections``)."""
         self._hosts = hosts
@@ -233,7 +238,7 @@ class Attempts:
                 await judge_target(self._egress, url)
         http = session.checkout(fresh=fresh)
         try:
-            return await exchange(
+            done = await self._wire(
                 http,
                 method,
                 url,
@@ -246,3 +251,6 @@ class Attempts:
             )
         finally:
             await session.checkin(http)
+        for observer in self._observers:
+            observer(done)
+        return done.response

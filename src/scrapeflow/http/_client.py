@@ -42,6 +42,7 @@ from scrapeflow.errors import FetchError, RetryBudgetExhausted
 from scrapeflow.http._attempt import Attempts
 from scrapeflow.http._config import IDEMPOTENT_METHODS, HttpConfig
 from scrapeflow.http._egress import EgressPolicy, redirect_judge
+from scrapeflow.http._exchange import Observer, Wire
 from scrapeflow.http._hosts import HostLimiter
 from scrapeflow.http._outcome import Outcome, final_error, never_sent
 from scrapeflow.http._proxypool import ProxyPool
@@ -68,6 +69,7 @@ class HttpClient:
         *,
         proxy_provider: ProxyProvider | None = None,
         is_ban: BanCheck | None = None,
+        wire: Wire | None = None,
     ) -> None:
         self.config = config or HttpConfig()
         self.rng = random.Random(self.config.seed)
@@ -89,6 +91,11 @@ class HttpClient:
         self._default: ScrapeSession | None = None
         self._plain: aiohttp.ClientSession | None = None
         self._egress: EgressPolicy | None = None
+        self.wire = wire
+        """What sends each try (None: the network); see :data:`~scrapeflow.http.Wire`."""
+        self.observers: list[Observer] = []
+        """Called with every :class:`~scrapeflow.http.Exchange` as its answer is read (a
+        recorder, a request log): each try, retries included."""
         self.trace_configs = [trace_reuse()]
         """Given to the aiohttp session of every session through a proxy: what
         :class:`Sending` records."""
@@ -122,6 +129,8 @@ class HttpClient:
             pool=self.proxy_pool,
             egress=self._egress,
             is_ban=self.is_ban,
+            wire=self.wire,
+            observers=self.observers,
         )
         return self
 

@@ -1,0 +1,237 @@
+"""A recording played back: the HTTP client's wire answered from a HAR file, offline.
+
+:class:`ReplayWire` takes the place of the network in an ``HttpClient``
+(``HttpClient(wire=ReplayWire(recording))``): everything above it runs as it does live —
+sessions, retries, the scraper's own steps — and each request is answered by the recorded
+exchange with the same method, URL and body (strict; fields a scraper makes anew each run,
+:data:`~scrapeflow.banking.testing.VOLATILE_FIELDS`, are not compared). Requests made more than
+once are answered in the order they were recorded. A field whose recorded value is a
+placeholder no recorded answer holds was made by the scraper from a secret (a password
+encrypted in the page's script): it cannot be the same in a replay, and is not compared either. A request the recording does not hold
+raises :class:`~scrapeflow.errors.NotRecorded`, naming it and the recorded requests nearest.
+Cookies the recorded answers set go into the session's jar, as they would live.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import re
+from collections import deque
+from collections.abc import Iterable, Iterator
+from http.cookies import CookieError, SimpleCookie
+from typing import Any
+from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
+
+import aiohttp
+import yarl
+from multidict import CIMultiDict, CIMultiDictProxy
+
+from scrapeflow.banking.testing._recording import RecordedExchange, Recording
+from scrapeflow.banking.testing._redact import VOLATILE_FIELDS, normalized_name
+from scrapeflow.errors import NotRecorded
+from scrapeflow.http import Exchange, Hop, Response, request_body, requested_url
+from scrapeflow.http._stale import Sending
+
+__all__ = ["ReplayWire", "request_key"]
+
+_SHOWN_BODY = 200
+
+
+def request_key(
+    method: str, url: str, body: bytes | None, volatile: frozenset[str] = VOLATILE_FIELDS
+) -> tuple[str, str, str]:
+    """What a request is matched on: its method, its URL and its body, with the values of
+    ``volatile`` fields left out (in the query, a form or a JSON body)."""
+    parts = urlsplit(url)
+    query = _masked_form(parts.query, volatile) if parts.query else ""
+    shown_url = urlunsplit((parts.scheme, parts.netloc, parts.path or "/", query, ""))
+    return method.upper(), shown_url, _masked_body(body, volatile)
+
+
+class ReplayWire:
+    """The wire of an ``HttpClient`` that answers from ``recording``; see the module."""
+
+    def __init__(
+        self,
+        recording: Recording,
+        *,
+        volatile: Iterable[str] = VOLATILE_FIELDS,
+        name: str = "the recording",
+    ) -> None:
+        self.recording = recording
+        self.name = name
+        self.volatile = frozenset(normalized_name(v) for v in volatile) | _client_made(recording)
+        self._left: dict[tuple[str, str, str], deque[RecordedExchange]] = {}
+        for recorded in recording:
+            key = request_key(recorded.method, recorded.url, recorded.request_body, self.volatile)
+            self._left.setdefault(key, deque()).append(recorded)
+        self.played = 0
+        self.missing: NotRecorded | None = None
+        """The first request the recording did not hold (the scraper may have caught it)."""
+
+    @property
+    def unplayed(self) -> list[RecordedExchange]:
+        """Recorded exchanges no request asked for (yet)."""
+        return [recorded for left in self._left.values() for recorded in left]
+
+    async def __call__(
+        self,
+        http: aiohttp.ClientSession,
+        method: str,
+        url: yarl.URL,
+        proxy: str | None,
+        attempt: int,
+        started: float,
+        sending: Sending,
+        kwargs: dict[str, Any],
+        *,
+        max_body_bytes: int,
+    ) -> Exchange:
+        asked = requested_url(url, kwargs)
+        body = request_body(kwargs)
+        key = request_key(method, str(asked), body, self.volatile)
+        left = self._left.get(key)
+        if not left:
+            missing = NotRecorded(self._not_recorded(key))
+            self.missing = self.missing or missing
+            raise missing
+        recorded = left.popleft()
+        self.played += 1
+        sending.answered = True
+        hops = []
+        for status, hop_url, headers in recorded.redirects:
+            _keep_cookies(http, headers, hop_url)
+            hops.append(Hop(status=status, url=hop_url, headers=headers))
+        _keep_cookies(http, recorded.response_headers, recorded.final_url)
+        response = Response(
+            method=method,
+            url=recorded.final_url,
+            status=recorded.status,
+            headers=CIMultiDictProxy(CIMultiDict(recorded.response_headers)),
+            body=recorded.response_body,
+            elapsed=0.0,
+            attempts=attempt,
+            proxy=None,
+        )
+        return Exchange(
+            method=method,
+            url=str(asked),
+            request_headers=(),
+            request_body=body,
+            redirects=tuple(hops),
+            response=response,
+            started_at=recorded.started_at,
+        )
+
+    def _not_recorded(self, key: tuple[str, str, str]) -> str:
+        method, url, body = key
+        shown = f"{method} {url}" + (f" with body {body[:_SHOWN_BODY]!r}" if body else "")
+        path = urlsplit(url).path
+        near = [
+            recorded
+            for recorded in self.recording
+            if recorded.method == method and urlsplit(recorded.url).path == path
+        ]
+        if near:
+            listed = "; ".join(
+                " ".join(request_key(r.method, r.url, r.request_body, self.volatile)).strip()[:300]
+                for r in near[:3]
+            )
+            played = len(near) - sum(1 for left in self._left.values() for r in left if r in near)
+            return (
+                f"{shown}: not in {self.name} ({len(near)} recorded at this path, {played} "
+                f"played already: {listed})"
+            )
+        return f"{shown}: not in {self.name} (nothing recorded at {method} {path})"
+
+
+_PLACEHOLDER = re.compile(r"REDACTED-[A-Z0-9-]+")
+_FED = frozenset({"REDACTED-LOGIN", "REDACTED-PASSWORD", "REDACTED-OTP"})
+"""The placeholders a replay gives the scraper itself: sent as recorded."""
+
+
+def _client_made(recording: Recording) -> frozenset[str]:
+    """The names of request fields whose recorded values are placeholders that no answer
+    holds: values the scraper made from a secret (see the module's documentation)."""
+    answered: set[str] = set()
+    for recorded in recording:
+        texts = [recorded.final_url, recorded.response_body.decode("latin-1")]
+        texts += [value for _, value in recorded.response_headers]
+        texts += [url for _, url, _ in recorded.redirects]
+        texts += [value for _, _, headers in recorded.redirects for _, value in headers]
+        for text in texts:
+            answered.update(_PLACEHOLDER.findall(text))
+    made: set[str] = set()
+    for recorded in recording:
+        body = (recorded.request_body or b"").decode("latin-1")
+        pairs = parse_qsl(urlsplit(recorded.url).query, keep_blank_values=True)
+        if body.lstrip()[:1] in ("{", "["):
+            with contextlib.suppress(ValueError):
+                pairs += list(_json_fields(json.loads(body)))
+        elif "=" in body:
+            pairs += parse_qsl(body, keep_blank_values=True)
+        for name, value in pairs:
+            placeholders = set(_PLACEHOLDER.findall(str(value)))
+            if placeholders - answered - _FED:
+                made.add(normalized_name(name))
+    return frozenset(made)
+
+
+def _json_fields(value: Any, name: str = "") -> Iterator[tuple[str, str]]:
+    if isinstance(value, dict):
+        for key, inner in value.items():
+            yield from _json_fields(inner, str(key))
+    elif isinstance(value, list):
+        for inner in value:
+            yield from _json_fields(inner, name)
+    elif name and isinstance(value, str):
+        yield name, value
+
+
+def _keep_cookies(
+    http: aiohttp.ClientSession, headers: Iterable[tuple[str, str]], url: str
+) -> None:
+    for name, value in headers:
+        if name.lower() != "set-cookie":
+            continue
+        jar = SimpleCookie()
+        try:
+            jar.load(value)
+        except CookieError:
+            continue
+        http.cookie_jar.update_cookies(jar, yarl.URL(url))
+
+
+def _masked_form(text: str, volatile: frozenset[str]) -> str:
+    pairs = parse_qsl(text, keep_blank_values=True)
+    return urlencode([(k, "*" if normalized_name(k) in volatile else v) for k, v in pairs])
+
+
+def _masked_body(body: bytes | None, volatile: frozenset[str]) -> str:
+    if body is None:
+        return ""
+    try:
+        text = body.decode()
+    except UnicodeDecodeError:
+        return body.hex()
+    stripped = text.lstrip()
+    if stripped[:1] in ("{", "["):
+        try:
+            return json.dumps(_masked_json(json.loads(text), volatile), sort_keys=True)
+        except ValueError:
+            return text
+    if "=" in text and " " not in text.strip() and "<" not in text:
+        return _masked_form(text, volatile)
+    return text
+
+
+def _masked_json(value: Any, volatile: frozenset[str]) -> Any:
+    if isinstance(value, dict):
+        return {
+            k: "*" if normalized_name(str(k)) in volatile else _masked_json(v, volatile)
+            for k, v in value.items()
+        }
+    if isinstance(value, list):
+        return [_masked_json(v, volatile) for v in value]
+    return value
