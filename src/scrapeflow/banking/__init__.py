@@ -128,7 +128,7 @@ if TYPE_CHECKING:
         ScrapeContext,
         result_for,
     )
-    from scrapeflow.banking._setup import launcher_from_settings
+    from scrapeflow.banking._setup import bank_sites, launcher_from_settings
     from scrapeflow.banking._state import StuckReset, reset_stuck
     from scrapeflow.banking._sync import (
         MovementChange,
@@ -226,7 +226,7 @@ _LAZY_FROM = {
         "ScrapeContext",
         "result_for",
     ),
-    "_setup": ("launcher_from_settings",),
+    "_setup": ("bank_sites", "launcher_from_settings"),
     "_state": ("StuckReset", "reset_stuck"),
     "_sync": ("MovementChange", "MovementChanges", "RemovedMovement", "movement_changes"),
     "_vault": ("KEY_FILE_ENV", "KEYS_ENV", "CredentialVault", "VaultError"),
@@ -305,6 +305,7 @@ __all__ = [
     "add_access",
     "add_customer",
     "bank_job_kinds",
+    "bank_sites",
     "change_password",
     "compact",
     "customer_page",

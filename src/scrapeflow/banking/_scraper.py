@@ -282,6 +282,11 @@ class BasicScraper(abc.ABC):
     host is then paced at it, each exit IP apart, instead of finding it by its refusals (each
     429 a wait); HTTP settings that name the host, or a slower delay, win. None: unknown."""
 
+    secret_fields: ClassVar[tuple[str, ...]] = ()
+    """Names of the bank's fields (form, JSON, query, ``<input>``) whose values are secrets
+    the recorder's default rules do not know (a customer number, a device id): taken out of
+    recordings (``scrapeflow bank record``) like passwords and tokens."""
+
     def __init__(self, context: ScrapeContext) -> None:
         self.context = context
         self.base_url = context.base_url.rstrip("/")

@@ -8,7 +8,7 @@ way."""
 from __future__ import annotations
 
 from collections.abc import Awaitable, Callable
-from datetime import date
+from datetime import UTC, date, datetime
 from typing import TYPE_CHECKING
 
 from scrapeflow.banking._events import EventSink
@@ -21,7 +21,7 @@ from scrapeflow.banking._vault import CredentialVault
 if TYPE_CHECKING:
     from scrapeflow.config import Settings
 
-__all__ = ["launcher_from_settings"]
+__all__ = ["bank_sites", "launcher_from_settings"]
 
 _BANK_CONNECTIONS = 400
 """Requests in flight to all banks at once (what a launcher's ``overall`` accesses need)."""
@@ -54,6 +54,17 @@ def launcher_from_settings(settings: Settings, *, on_event: EventSink | None = N
         http_config=HttpConfig.from_settings(settings, max_connections=_BANK_CONNECTIONS),
         proxy_provider=ProxyProviderFromList.from_file(proxies) if proxies else None,
     )
+
+
+def bank_sites(settings: Settings) -> tuple[dict[str, str], Callable[[], Awaitable[date]]]:
+    """The banks' URLs (the settings' over a sandbox manifest's) and the day it is for them
+    (the sandbox's clock with a manifest, else today in UTC)."""
+    urls, clock = _sandbox_sites(settings)
+
+    async def utc_today() -> date:
+        return datetime.now(UTC).date()
+
+    return {**urls, **settings.bank_urls}, clock or utc_today
 
 
 def _sandbox_sites(

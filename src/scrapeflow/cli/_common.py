@@ -6,6 +6,7 @@ or pydantic. A command imports what it uses inside its own body.
 
 from __future__ import annotations
 
+import sys
 from collections.abc import Coroutine, Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -25,10 +26,12 @@ __all__ = [
     "EXIT_UNEXPECTED",
     "HELP_OPTION",
     "RootOptions",
+    "ask",
     "err",
     "fail",
     "input_errors",
     "out",
+    "password_from_stdin",
     "remember_options",
     "run_async",
     "settings",
@@ -57,6 +60,34 @@ def fail(message: str, code: int = EXIT_BAD_INPUT) -> NoReturn:
     # Text, not markup: file names and messages may hold "[...]".
     err.print(Text.assemble(("error: ", "bold red"), message), highlight=False, soft_wrap=True)
     raise typer.Exit(code)
+
+
+def password_from_stdin() -> str:
+    """The first line of standard input, as UTF-8 (strict), read no further than a password
+    may go."""
+    from scrapeflow.banking import MAX_PASSWORD
+
+    most = 4 * MAX_PASSWORD  # bytes: UTF-8 takes at most 4 a character
+    line = sys.stdin.buffer.readline(most + 2).rstrip(b"\r\n")
+    if len(line) > most:
+        fail(f"the password on standard input is longer than {MAX_PASSWORD} characters")
+    try:
+        return line.decode("utf-8")
+    except UnicodeDecodeError:
+        fail("the password on standard input is not valid UTF-8 text")
+
+
+def ask(question: str, *, what: str, hide: bool = False) -> str:
+    """The answer typed at a prompt; standard input at its end (a pipe, /dev/null) is bad
+    input naming what was missing, not an interruption."""
+    try:
+        answer: str = typer.prompt(question, hide_input=hide)
+    except typer.Abort:
+        if not sys.stdin.isatty() and not sys.stdin.read(1):
+            typer.echo("", err=hide)  # end the prompt's line (getpass writes it on stderr)
+            fail(f"no {what} given: standard input ended (pipe it with --{what}-stdin)")
+        raise
+    return answer
 
 
 @contextmanager

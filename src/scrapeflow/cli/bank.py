@@ -30,7 +30,7 @@ import typer
 from rich.markup import escape
 from rich.table import Table
 
-from scrapeflow.cli import _bankbook
+from scrapeflow.cli import _bankbook, _bankkit
 from scrapeflow.cli._bankdb import customer_ids as _customer_ids
 from scrapeflow.cli._bankdb import on_bank_db as _run
 from scrapeflow.cli._bankdb import with_db as _with_db
@@ -44,10 +44,12 @@ from scrapeflow.cli._banktables import (
 from scrapeflow.cli._common import (
     EXIT_FAILED,
     HELP_OPTION,
+    ask,
     err,
     fail,
     input_errors,
     out,
+    password_from_stdin,
     remember_options,
     settings,
 )
@@ -110,21 +112,6 @@ def _bank_options(
     )
 
 
-def _password_from_stdin() -> str:
-    """The first line of standard input, as UTF-8 (strict), read no further than a password
-    may go."""
-    from scrapeflow.banking import MAX_PASSWORD
-
-    most = 4 * MAX_PASSWORD  # bytes: UTF-8 takes at most 4 a character
-    line = sys.stdin.buffer.readline(most + 2).rstrip(b"\r\n")
-    if len(line) > most:
-        fail(f"the password on standard input is longer than {MAX_PASSWORD} characters")
-    try:
-        return line.decode("utf-8")
-    except UnicodeDecodeError:
-        fail("the password on standard input is not valid UTF-8 text")
-
-
 # -- customers and accesses ------------------------------------------------------------------
 
 
@@ -171,9 +158,9 @@ def _add_access(
         get_scraper(bank)
         login = validate_login(login)
     if password_stdin:
-        password = _password_from_stdin()
+        password = password_from_stdin()
     else:
-        password = _ask(f"Password for {login} at {bank}", hide=True, what="password")
+        password = ask(f"Password for {login} at {bank}", hide=True, what="password")
     if not password:
         fail("the password is empty")
     with input_errors():
@@ -182,19 +169,6 @@ def _add_access(
         config, _with_db(config, lambda s: add_access(s, vault, customer, bank, login, password))
     )
     out.print(f"access {access_id} ready: {escape(login)} at {escape(bank)}")
-
-
-def _ask(question: str, *, what: str, hide: bool = False) -> str:
-    """The answer typed at a prompt; standard input at its end (a pipe, /dev/null) is bad
-    input naming what was missing, not an interruption."""
-    try:
-        answer: str = typer.prompt(question, hide_input=hide)
-    except typer.Abort:
-        if not sys.stdin.isatty() and not sys.stdin.read(1):
-            typer.echo("", err=hide)  # end the prompt's line (getpass writes it on stderr)
-            fail(f"no {what} given: standard input ended (pipe it with --{what}-stdin)")
-        raise
-    return answer
 
 
 @app.command("scrapers")
@@ -364,7 +338,8 @@ def _scrape(
     ctx: typer.Context,
     access_id: Annotated[int, typer.Argument(help="The access to scrape.", min=1, max=_MAX_ID)],
 ) -> None:
-    """Run one scraper for one access (debugging: scrapeflow --log-level DEBUG bank scrape N)."""
+    """Run one scraper for one access, stored as a refresh stores it (to see each request
+    without a database: scrapeflow bank try)."""
     _scrape_one(ctx, access_id, None)
 
 
@@ -383,7 +358,7 @@ def _otp(
     if code_stdin:  # bytes, bounded: a code is short, and anything but digits is refused
         code = sys.stdin.buffer.readline(64).decode("utf-8", "replace").strip()
     else:
-        code = _ask("One-time code", what="code").strip()
+        code = ask("One-time code", what="code").strip()
     if not code.isdigit() or not 4 <= len(code) <= 10:
         fail("a one-time code is 4-10 digits")
     _scrape_one(ctx, access_id, code)
@@ -442,6 +417,8 @@ def _status(
     print_accesses(_run(config, _with_db(config, lambda s: accesses_of(s, customer))))
 
 
+app.command("try")(_bankkit.try_bank)
+app.command("record")(_bankkit.record)
 app.command("customers")(_bankbook.customers)
 app.command("rename")(_bankbook.rename)
 app.command("disable")(_bankbook.disable)

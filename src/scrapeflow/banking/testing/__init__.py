@@ -22,13 +22,14 @@ file raises :class:`~scrapeflow.errors.GoldenMismatch`. ``pytest --update-golden
 
 from __future__ import annotations
 
+import functools
 import os
-from collections.abc import Iterable, Mapping
+from collections.abc import Awaitable, Callable, Iterable
 from datetime import date
 from pathlib import Path
-from typing import Any
 
 from scrapeflow.banking._registry import get_scraper
+from scrapeflow.banking._results import ResultCode
 from scrapeflow.banking._scraper import BasicScraper, IncrementalPolicy
 from scrapeflow.banking.testing._golden import UPDATE_ENV, check_golden, golden_of
 from scrapeflow.banking.testing._offline import MemoryWriter, OfflineScrape, scrape_offline
@@ -40,7 +41,7 @@ from scrapeflow.banking.testing._redact import (
     normalized_name,
 )
 from scrapeflow.banking.testing._replay import ReplayWire, request_key
-from scrapeflow.http import HostPolicy, HttpClient, HttpConfig, RetryPolicy
+from scrapeflow.http import HostPolicy, HttpClient, HttpConfig, Observer, RetryPolicy
 
 __all__ = [
     "LOGIN",
@@ -49,6 +50,7 @@ __all__ = [
     "SECRET_FIELD",
     "UPDATE_ENV",
     "VOLATILE_FIELDS",
+    "CodeSource",
     "MemoryWriter",
     "OfflineScrape",
     "RecordedExchange",
@@ -70,42 +72,56 @@ PASSWORD = "REDACTED-PASSWORD"  # noqa: S105  (a placeholder, not a secret)
 OTP = "REDACTED-OTP"
 
 
+CodeSource = Callable[[OfflineScrape], Awaitable[str]]
+"""Where a one-time code comes from when the bank asks for one (given the scrape that ended
+``two_factor_required``): a prompt, the sandbox's admin API."""
+
+
 async def record(
     bank: str | type[BasicScraper],
     *,
     login: str,
     password: str,
     base_url: str | None = None,
-    otp: str | None = None,
+    otp: CodeSource | None = None,
     today: date | None = None,
-    state: dict[str, Any] | None = None,
     http_config: HttpConfig | None = None,
     redactor: Redactor | None = None,
     policy: IncrementalPolicy | None = None,
+    observers: Iterable[Observer] = (),
 ) -> tuple[OfflineScrape, Recording]:
-    """Scrape ``bank`` live once (no database) and record every exchange; the recording comes
-    back redacted: ``login``, ``password`` and ``otp`` by their placeholders, the rest by
-    ``redactor``'s rules (a default :class:`Redactor` without one)."""
+    """Scrape ``bank`` live once (no database) and record every exchange. When the bank asks
+    for a one-time code and ``otp`` is given, the code it returns is sent in a second run with
+    the session the first one left, as the launcher does. The recording comes back redacted:
+    ``login``, ``password`` and the code by their placeholders, the rest by ``redactor``'s
+    rules with the scraper's :attr:`~scrapeflow.banking.BasicScraper.secret_fields`.
+    ``observers``: also told of each exchange (a request log)."""
     scraper_cls = get_scraper(bank) if isinstance(bank, str) else bank
     recorder = Recorder()
+    day = today or date.today()
+    policy = policy or IncrementalPolicy()
+    code: str | None = None
     async with HttpClient(http_config or HttpConfig()) as http:
-        http.observers.append(recorder)
-        scrape = await scrape_offline(
+        http.observers.extend([*observers, recorder])
+        run = functools.partial(
+            scrape_offline,
             scraper_cls,
             login=login,
             password=password,
             base_url=base_url,
-            otp=otp,
-            today=today,
-            state=state,
+            today=day,
             http=http,
             policy=policy,
         )
-    known = {"LOGIN": login, "PASSWORD": password, **({"OTP": otp} if otp else {})}
+        scrape = await run()
+        if scrape.result is ResultCode.TWO_FACTOR_REQUIRED and otp is not None:
+            code = await otp(scrape)
+            scrape = await run(otp=code, state=scrape.state)
     rules = redactor or Redactor()
+    known = {"LOGIN": login, "PASSWORD": password, **({"OTP": code} if code else {})}
     rules = Redactor(
         known={**known, **rules.known},
-        fields=rules.fields,
+        fields=[*rules.fields, *scraper_cls.secret_fields],
         values=rules.values,
         patterns=rules.patterns,
         ibans=rules.ibans,
@@ -113,9 +129,9 @@ async def record(
     meta = {
         "bank": scraper_cls.bank,
         "base_url": base_url or scraper_cls.default_url,
-        "today": (scrape.today or date.today()).isoformat(),
-        "otp": otp is not None,
-        "initial_days": (policy or IncrementalPolicy()).initial_days,
+        "today": day.isoformat(),
+        "otp": code is not None,
+        "initial_days": policy.initial_days,
         "result": scrape.result.value,
     }
     return scrape, recorder.recording(meta).redacted(rules)
@@ -128,10 +144,10 @@ async def replay(
     golden: str | os.PathLike[str] | None = None,
     update_golden: bool | None = None,
     volatile: Iterable[str] = VOLATILE_FIELDS,
-    state: Mapping[str, Any] | None = None,
     policy: IncrementalPolicy | None = None,
 ) -> OfflineScrape:
-    """Run the scraper against ``recording`` offline and return what it read.
+    """Run the scraper against ``recording`` offline, as it ran when recorded (a second run
+    with the code when a one-time code was asked for), and return what it read.
 
     ``bank``: the scraper (default: the bank the recording names). ``golden``: compare with
     this file (``update_golden``, or ``SCRAPEFLOW_UPDATE_GOLDEN=1``: write it instead). Raises
@@ -152,17 +168,19 @@ async def replay(
     if policy is None and "initial_days" in meta:
         policy = IncrementalPolicy(initial_days=int(meta["initial_days"]))
     async with HttpClient(config, wire=wire) as http:
-        scrape = await scrape_offline(
+        run = functools.partial(
+            scrape_offline,
             scraper_cls,
             login=LOGIN,
             password=PASSWORD,
             base_url=str(meta.get("base_url") or "") or None,
-            otp=OTP if meta.get("otp") else None,
             today=date.fromisoformat(today) if today else None,
-            state=dict(state or {}),
             http=http,
             policy=policy,
         )
+        scrape = await run()
+        if scrape.result is ResultCode.TWO_FACTOR_REQUIRED and meta.get("otp"):
+            scrape = await run(otp=OTP, state=scrape.state)
     if wire.missing is not None:
         raise wire.missing
     if golden is not None:

@@ -78,6 +78,8 @@ class Recording:
     exchanges: list[RecordedExchange] = field(default_factory=list)
     meta: dict[str, Any] = field(default_factory=dict)
     """``bank``, ``base_url``, ``today`` (ISO), ``otp`` (a code was given), ``result``."""
+    redactor: Redactor | None = field(default=None, repr=False, compare=False)
+    """The rules that redacted it (kept in memory only; never written)."""
 
     def __iter__(self) -> Iterator[RecordedExchange]:
         return iter(self.exchanges)
@@ -95,7 +97,15 @@ class Recording:
         return Recording(
             exchanges=[_redact(redactor, exchange) for exchange in self.exchanges],
             meta={k: redactor.apply(v) if isinstance(v, str) else v for k, v in self.meta.items()},
+            redactor=redactor,
         )
+
+    def as_recorded(self, value: Any) -> Any:
+        """``value`` (JSON data: what a live scrape read, :func:`golden_of`) with the secrets
+        this recording's redaction took out spelled as the recording spells them."""
+        if self.redactor is None:
+            return value
+        return json.loads(self.redactor.apply(json.dumps(value, ensure_ascii=False)))
 
     # -- HAR ------------------------------------------------------------------------------
 

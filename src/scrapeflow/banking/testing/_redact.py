@@ -96,6 +96,12 @@ class Redactor:
 
     # -- learning ------------------------------------------------------------------------
 
+    def add(self, name: str, value: str) -> None:
+        """Take ``value`` out as ``REDACTED-<NAME>`` (a value learnt late: a code typed)."""
+        if value:
+            self._by_value[value] = f"REDACTED-{_label(name)}"
+            self._compiled = None
+
     def is_secret_field(self, name: str) -> bool:
         norm = normalized_name(name)
         return norm in self._fields or SECRET_FIELD.fullmatch(norm) is not None

@@ -7,8 +7,9 @@ exchange with the same method, URL and body (strict; fields a scraper makes anew
 :data:`~scrapeflow.banking.testing.VOLATILE_FIELDS`, are not compared). Requests made more than
 once are answered in the order they were recorded. A field whose recorded value is a
 placeholder no recorded answer holds was made by the scraper from a secret (a password
-encrypted in the page's script): it cannot be the same in a replay, and is not compared either. A request the recording does not hold
-raises :class:`~scrapeflow.errors.NotRecorded`, naming it and the recorded requests nearest.
+encrypted in the page's script): it cannot be the same in a replay, and is not compared
+either. A request the recording does not hold raises :class:`~scrapeflow.errors.NotRecorded`,
+naming it and the recorded requests nearest.
 Cookies the recorded answers set go into the session's jar, as they would live.
 """
 
