@@ -92,6 +92,7 @@ if TYPE_CHECKING:
         validate_currency,
         validate_iban,
     )
+    from scrapeflow.banking._newbank import BANK_KINDS, new_bank
     from scrapeflow.banking._reads import (
         AccessView,
         AccountView,
@@ -215,6 +216,7 @@ _LAZY_FROM = {
         "movement_position",
         "movements_of",
     ),
+    "_newbank": ("BANK_KINDS", "new_bank"),
     "_reports": ("AccessReport", "LaunchLimits", "LaunchReport"),
     "_results": ("NEEDS_A_PERSON", "Outcome", "ResultCode", "ScrapeState", "outcome_of"),
     "_scraper": (
@@ -239,6 +241,7 @@ _LAZY = {name: f"{__name__}.{module}" for module, names in _LAZY_FROM.items() fo
 __all__ = [
     "BANK_ACCESS",
     "BANK_EVENT_NAMES",
+    "BANK_KINDS",
     "BANK_OTP",
     "BANK_REFRESH",
     "ENTRY_POINT_GROUP",
@@ -322,6 +325,7 @@ __all__ = [
     "movement_page",
     "movement_position",
     "movements_of",
+    "new_bank",
     "otp_key",
     "outcome_of",
     "parse_amount",

@@ -1,4 +1,5 @@
-"""The bank author's commands: ``bank try`` (one live scrape, no database, each request shown
+"""The bank author's commands: ``bank new`` (a package for a new bank's scraper, its test
+passing at once), ``bank try`` (one live scrape, no database, each request shown
 as it goes) and ``bank record`` (the same, kept as a redacted HAR recording and checked by
 replaying it at once, its golden file written beside it). Registered on ``scrapeflow bank`` by
 :mod:`scrapeflow.cli.bank`. docs/writing-a-bank.md walks through them.
@@ -37,7 +38,7 @@ if TYPE_CHECKING:
     from scrapeflow.config import Settings
     from scrapeflow.http import Exchange
 
-__all__ = ["record", "try_bank"]
+__all__ = ["new", "record", "try_bank"]
 
 Login = Annotated[str | None, typer.Option("--login", help="The login at the bank.")]
 PasswordStdin = Annotated[
@@ -54,6 +55,27 @@ Interactive = Annotated[
 BankUrl = Annotated[
     str | None, typer.Option("--bank-url", help="The bank's site (default: as configured).")
 ]
+
+
+def new(
+    name: Annotated[str, typer.Argument(help="The bank's code: lower case, digits, '_'.")],
+    kind: Annotated[
+        str,
+        typer.Option(help="What the bank is: 'html' (pages and forms) or 'api' (JSON)."),
+    ] = "html",
+    directory: Annotated[
+        Path | None,
+        typer.Option(help="Where to make it.", show_default="./scrapeflow-bank-NAME"),
+    ] = None,
+) -> None:
+    """Make a package for a new bank's scraper: the scraper, its test, a recorded session
+    and its golden file, a pyproject.toml registering it, a README."""
+    from scrapeflow.banking import new_bank
+
+    with input_errors():
+        made = new_bank(name, kind=kind, directory=directory)
+    out.print(f"made {escape(str(made))}: the {kind} scraper of bank {name!r}")
+    out.print(f"  cd {escape(str(made))} && pip install -e . && pytest", soft_wrap=True)
 
 
 def try_bank(

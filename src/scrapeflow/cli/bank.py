@@ -417,6 +417,7 @@ def _status(
     print_accesses(_run(config, _with_db(config, lambda s: accesses_of(s, customer))))
 
 
+app.command("new")(_bankkit.new)
 app.command("try")(_bankkit.try_bank)
 app.command("record")(_bankkit.record)
 app.command("customers")(_bankbook.customers)
