@@ -5,33 +5,14 @@ from __future__ import annotations
 
 import subprocess
 import sys
-import sysconfig
-import venv
 from pathlib import Path
 
 import pytest
 
 from scrapeflow.sandbox import Sandbox
+from tests._venv import child_environment
 
 from .test_bank_cli import Cli, credentials
-
-
-def child_python(where: Path) -> Path:
-    """A virtual environment that sees this one's packages (scrapeflow, pytest), into which a
-    package can be installed without touching this one."""
-    venv.create(where, with_pip=False)
-    python = where / "bin" / "python"
-    purelib = subprocess.run(
-        [python, "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
-        capture_output=True,
-        text=True,
-        check=True,
-    ).stdout.strip()
-    ours = sysconfig.get_paths()["purelib"]
-    (Path(purelib) / "_scrapeflow_parent.pth").write_text(
-        f"import site; site.addsitedir({ours!r})\n"
-    )
-    return python
 
 
 def test_a_new_bank_of_each_kind_installs_passes_its_test_and_reads_its_bank(
@@ -46,7 +27,7 @@ def test_a_new_bank_of_each_kind_installs_passes_its_test_and_reads_its_bank(
         assert (package / "src" / f"scrapeflow_bank_{name}" / "scraper.py").exists()
         assert (package / "tests" / f"test_{name}.py").exists()
         assert (package / "tests" / "recordings" / "session.har").exists()
-    python = child_python(tmp_path / "env")
+    python = child_environment(tmp_path / "env") / "python"
     installed = subprocess.run(
         [
             python,

@@ -23,12 +23,16 @@ from pathlib import Path
 import pytest
 
 from tests._servers import unavailable
+from tests._venv import child_environment
 from tests.docs._expect import fits
 from tests.docs._markdown import Step, parse_page, steps_of
 from tests.docs._session import Outcome, ShellSession, StepTimeout
 
 ROOT = Path(__file__).resolve().parents[2]
 PAGES = ["README.md", *sorted(f"docs/{p.name}" for p in (ROOT / "docs").glob("*.md"))]
+_OWN_ENVIRONMENT = {"docs/writing-a-bank.md"}
+"""Pages whose reader runs ``pip install``: they get an environment of their own that sees
+this one's packages (``tests/_venv.py``), so that what they install stays there."""
 _PORT_8000 = re.compile(r"(localhost:|127\.0\.0\.1:|--port )8000\b")
 
 
@@ -86,7 +90,11 @@ def run_page(page: str, directory: Path, *, root: Path = ROOT) -> None:
         if not keep_going:
             pytest.fail(message)
 
-    with ShellSession(directory, _environment(directory)) as shell:
+    environment = _environment(directory)
+    if page in _OWN_ENVIRONMENT:  # it installs a package: into an environment of its own
+        own = child_environment(directory.parent / f"{directory.name}-env")
+        environment["PATH"] = f"{own}{os.pathsep}{environment['PATH']}"
+    with ShellSession(directory, environment) as shell:
         for step in steps:
             code = _PORT_8000.sub(rf"\g<1>{port}", step.code)
             expected = (
@@ -105,7 +113,7 @@ def run_page(page: str, directory: Path, *, root: Path = ROOT) -> None:
             if step.kind == "python":
                 script = directory / f".docs-{step.line}.py"
                 script.write_text(code, encoding="utf-8")
-                code = f"python {script.name}"
+                code = f"python {script}"  # by its full name: the page may have changed directory
             try:
                 outcome = shell.run(code, lenient=step.kind == "console")
             except StepTimeout as exc:
