@@ -32,7 +32,7 @@ async def test_migrate_creates_the_schema_and_is_idempotent(empty_db_url: str) -
     finally:
         await engine.dispose()
     assert tables == TABLES | {"alembic_version"}
-    assert version == [("0006",)]
+    assert version == [("0007",)]
     assert {tuple(u["column_names"]) for u in movement_uniques} == {("account_id", "movement_key")}
 
 

@@ -21,6 +21,7 @@ from scrapeflow.banking import (
     Movement,
     MovementRecord,
     SqlWriter,
+    StoredMovements,
     WriteQueue,
     movement_key,
     writers_for,
@@ -137,7 +138,9 @@ async def test_a_group_with_a_failing_batch_stores_every_other_batch_exactly_onc
                 *(queue.submit(batch) for batch in batches), return_exceptions=True
             )
         assert isinstance(outcomes[1], InvalidAccount)
-        assert outcomes[0] == outcomes[2] == 0
+        # Each good batch tells what the database holds of it, nothing removed.
+        assert outcomes[0] == StoredMovements(held=2, removed=0)
+        assert outcomes[2] == StoredMovements(held=1, removed=0)
         movements, version = await _stored(engine)
         # Each good batch once (the group was rolled back, then each batch ran alone), the
         # failing one not at all, and one sync version per batch that landed.

@@ -60,6 +60,10 @@ def test_refresh_is_answered_at_once_then_all_updated_with_the_banks_data(
         status = wait_all_updated(client, "cust-1")
         assert {a["bank"] for a in status["accesses"]} == set(BANKS)
         assert {a["result"] for a in status["accesses"]} == {"success"}
+        # What each access read, the database holds: stored against read, per access.
+        for access in status["accesses"]:
+            assert access["accounts_stored"] == access["accounts"] > 0
+            assert access["movements_stored"] == access["movements"] > 0
         done = client.get(f"/v1/jobs/{job['id']}").json()
         assert done["state"] == "succeeded"
         assert done["result"]["ok"] is True

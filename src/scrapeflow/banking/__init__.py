@@ -140,7 +140,13 @@ if TYPE_CHECKING:
     from scrapeflow.banking._vault import KEY_FILE_ENV, KEYS_ENV, CredentialVault, VaultError
     from scrapeflow.banking._watchdog import WatchdogReport, run_watchdog
     from scrapeflow.banking._writequeue import GroupedWrite, WriteQueue, queued_writes, writers_for
-    from scrapeflow.banking._writer import SqlWriter, StoredAccounts, SyncWindow, Writer
+    from scrapeflow.banking._writer import (
+        SqlWriter,
+        StoredAccounts,
+        StoredMovements,
+        SyncWindow,
+        Writer,
+    )
 
 # Everything else is loaded on first use (PEP 562): a command that lists customers does not
 # pay for the launcher, the jobs or the scraper API (aiohttp). ``scrapers`` above is bound at
@@ -234,7 +240,7 @@ _LAZY_FROM = {
     "_vault": ("KEY_FILE_ENV", "KEYS_ENV", "CredentialVault", "VaultError"),
     "_watchdog": ("WatchdogReport", "run_watchdog"),
     "_writequeue": ("GroupedWrite", "WriteQueue", "queued_writes", "writers_for"),
-    "_writer": ("SqlWriter", "StoredAccounts", "SyncWindow", "Writer"),
+    "_writer": ("SqlWriter", "StoredAccounts", "StoredMovements", "SyncWindow", "Writer"),
 }
 _LAZY = {name: f"{__name__}.{module}" for module, names in _LAZY_FROM.items() for name in names}
 
@@ -297,6 +303,7 @@ __all__ = [
     "ScrapeState",
     "SqlWriter",
     "StoredAccounts",
+    "StoredMovements",
     "StuckReset",
     "SyncWindow",
     "VaultError",

@@ -31,6 +31,9 @@ class LaunchEvent:
     bank: str | None = None
     account_ref: str | None = None
     count: int = 0
+    stored: int | None = None
+    """For a batch: the rows the database holds for it (``count`` is what was read); fewer
+    ends the access ``site_changed``."""
     result_code: str | None = None
     """An access's result (``access_finished``)."""
     outcome: str | None = None
@@ -46,6 +49,7 @@ class LaunchEvent:
             "bank": self.bank,
             "account_ref": self.account_ref,
             "count": self.count,
+            "stored": self.stored,
             "result_code": self.result_code,
             "outcome": self.outcome,
             "at": self.at.isoformat(),

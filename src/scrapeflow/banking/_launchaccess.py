@@ -42,7 +42,7 @@ from scrapeflow.banking._state import (
 from scrapeflow.banking._vault import CredentialVault
 from scrapeflow.banking._writequeue import WriteQueue
 from scrapeflow.banking._writer import Writer
-from scrapeflow.errors import UnknownScraper, VaultError
+from scrapeflow.errors import AccessFailed, UnknownScraper, VaultError
 from scrapeflow.http import HttpClient
 
 __all__ = ["AccessRunner", "BaseUrl", "Emit"]
@@ -94,8 +94,8 @@ class AccessRunner:
             self._writer,
             self._queue,
             job.access_id,
-            lambda kind, ref, count: self._emit(
-                launch.log, launch.event(kind, job, account_ref=ref, count=count)
+            lambda kind, ref, count, stored: self._emit(
+                launch.log, launch.event(kind, job, account_ref=ref, count=count, stored=stored)
             ),
         )
         sink.started = launch.started
@@ -108,6 +108,9 @@ class AccessRunner:
                 scraper = self._scraper(job, sink, state, launch)
                 async with asyncio.timeout(self.limits.access_timeout):
                     await scraper.main()
+            short = sink.shortfall()
+            if short is not None:  # read, but not stored as read: the page is not as it was
+                raise AccessFailed(ResultCode.SITE_CHANGED, short)
             report.code = ResultCode.SUCCESS
         except asyncio.CancelledError:
             report.code, report.detail = ResultCode.TIMEOUT, STOPPED
@@ -127,6 +130,8 @@ class AccessRunner:
         finally:
             report.seconds = time.monotonic() - started
             report.accounts, report.movements = sink.accounts, sink.movements
+            report.accounts_stored = sink.accounts_stored
+            report.movements_stored = sink.movements_stored
             report.balances_seconds = sink.balances_at
             # Shielded: a stopped launch still stores how each of its accesses ended.
             await asyncio.shield(self.finish(job, report, None if kept is None else state, launch))
@@ -186,6 +191,8 @@ class AccessRunner:
                     detail=detail,
                     accounts=report.accounts,
                     movements=report.movements,
+                    accounts_stored=report.accounts_stored,
+                    movements_stored=report.movements_stored,
                     session_state=token,
                 )
             )

@@ -188,7 +188,11 @@ class Access(Base):
     result_detail: Mapped[str | None] = mapped_column(Unicode(500))
     """What the scraper saw when it failed (a bank message, a page); never a credential."""
     accounts_count: Mapped[int] = mapped_column(Integer, default=0)
+    """Accounts the last scrape read."""
     movements_count: Mapped[int] = mapped_column(Integer, default=0)
+    accounts_stored: Mapped[int] = mapped_column(Integer, default=0, server_default="0")
+    """Accounts the database held, after the last scrape, for what it read."""
+    movements_stored: Mapped[int] = mapped_column(Integer, default=0, server_default="0")
     session_state: Mapped[bytes | None] = mapped_column(LargeBinary)
     """A CredentialVault token of what a scraper keeps between runs: a trusted-device cookie,
     the session waiting for a one-time code."""

@@ -73,10 +73,15 @@ class AccessView:
     result: ResultCode | None
     detail: str | None
     accounts: int
+    """Accounts the last scrape read."""
     movements: int
+    """Movements the last scrape read."""
     finished_at: datetime | None
     enabled: bool = True
     """A disabled access is left out of refreshes and of the customer's outcome."""
+    accounts_stored: int = 0
+    """Accounts the database held, after the last scrape, for what it read."""
+    movements_stored: int = 0
 
 
 @dataclass(frozen=True, slots=True)
@@ -129,6 +134,8 @@ _ACCESS = (
     Access.movements_count,
     Access.scrape_finished_at,
     Access.enabled,
+    Access.accounts_stored,
+    Access.movements_stored,
 )
 _ACCOUNT = (
     Account.access_id,

@@ -38,7 +38,13 @@ class AccessReport:
     code: ResultCode
     detail: str = ""
     accounts: int = 0
+    """Accounts read."""
     movements: int = 0
+    """Movements read."""
+    accounts_stored: int = 0
+    """Accounts the database holds for what was read (fewer: ``site_changed``)."""
+    movements_stored: int = 0
+    """Movements the database holds for what was read."""
     seconds: float = 0.0
     balances_seconds: float | None = None
     """From the launch's start to the last accounts batch (balances) landing."""

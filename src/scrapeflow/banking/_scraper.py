@@ -135,14 +135,20 @@ class AccessSink:
         writer: Writer,
         queue: WriteQueue,
         access_id: int,
-        on_batch: Callable[[EventKind, str | None, int], Awaitable[None]] | None = None,
+        on_batch: Callable[[EventKind, str | None, int, int], Awaitable[None]] | None = None,
     ) -> None:
         self.writer = writer
         self.queue = queue
         self.access_id = access_id
         self.on_batch = on_batch
         self.accounts = 0
+        """Accounts read (the sum of the batches handed over)."""
         self.movements = 0
+        """Movements read."""
+        self.movements_stored = 0
+        """Movements the database holds for what was read, batch by batch."""
+        self._account_rows: set[object] = set()  # row ids (or bank refs) the batches stored
+        self._accounts_short = 0  # rows a writer said it did not store
         self.started = time.monotonic()
         self.balances_at: float | None = None
         """Seconds from the start to the latest accounts batch landing."""
@@ -159,12 +165,25 @@ class AccessSink:
             batch = self._sql.accounts_batch(self.access_id, accounts, windows=True)
             stored = await self.queue.submit(batch)
             self._windows.update(stored.windows)
+            rows: set[object] = set(stored.ids.values())
+            short = 0
         else:
-            await self.queue.submit(lambda: self.writer.write_accounts(self.access_id, accounts))
+            said = await self.queue.submit(
+                lambda: self.writer.write_accounts(self.access_id, accounts)
+            )
+            rows = {account.bank_ref for account in accounts}
+            short = 0
+            if isinstance(said, int) and not isinstance(said, bool):  # a writer that counts
+                short = max(0, len(rows) - said)
+        # Rows no batch of this scrape stored before: an account read again under a bank_ref
+        # already stored (by another contract's batch) adds none.
+        landed = max(0, len(rows - self._account_rows) - short)
+        self._account_rows |= rows
+        self._accounts_short += short
         self.accounts += len(accounts)
         self.balances_at = time.monotonic() - self.started
         if self.on_batch is not None:
-            await self.on_batch(EventKind.ACCOUNTS, None, len(accounts))
+            await self.on_batch(EventKind.ACCOUNTS, None, len(accounts), landed)
 
     async def write_movements(
         self,
@@ -180,8 +199,9 @@ class AccessSink:
         pending_stored = account_ref not in self._no_pending
         self._no_pending.discard(account_ref)
         whole = getattr(self.writer, "write_movements_since", None)
+        held: object = None
         if self._sql is not None and (complete_since is not None or movements):
-            await self.queue.submit(
+            stored = await self.queue.submit(
                 self._sql.movements_batch(
                     self.access_id,
                     account_ref,
@@ -190,17 +210,42 @@ class AccessSink:
                     pending_stored=pending_stored,
                 )
             )
+            held = stored.held
         elif complete_since is not None and whole is not None:
+            # Its result is what it removed: what it holds is not said.
             await self.queue.submit(
                 lambda: whole(self.access_id, account_ref, movements, complete_since)
             )
         elif movements:
-            await self.queue.submit(
+            held = await self.queue.submit(
                 lambda: self.writer.write_movements(self.access_id, account_ref, movements)
             )
+        landed = held if isinstance(held, int) and not isinstance(held, bool) else len(movements)
+        self.movements_stored += landed
         self.movements += len(movements)
         if self.on_batch is not None:
-            await self.on_batch(EventKind.MOVEMENTS, account_ref, len(movements))
+            await self.on_batch(EventKind.MOVEMENTS, account_ref, len(movements), landed)
+
+    @property
+    def accounts_stored(self) -> int:
+        """Accounts the database holds for what was read: one row per stored account, so two
+        read with one ``bank_ref`` are one."""
+        return max(0, len(self._account_rows) - self._accounts_short)
+
+    def shortfall(self) -> str | None:
+        """What was read and did not land as read, in words; None when all of it did."""
+        short = []
+        if self.accounts_stored < self.accounts:
+            short.append(
+                f"read {self.accounts} accounts, the database holds {self.accounts_stored} of "
+                "them (accounts with one bank_ref overwrite each other)"
+            )
+        if self.movements_stored < self.movements:
+            short.append(
+                f"read {self.movements} movements, the database holds {self.movements_stored} "
+                "of them"
+            )
+        return "; ".join(short) or None
 
     async def sync_window(self, account_ref: str) -> SyncWindow:
         known = self._windows.pop(account_ref, None)

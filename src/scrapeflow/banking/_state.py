@@ -326,6 +326,8 @@ async def finish_access(
     detail: str | None = None,
     accounts: int = 0,
     movements: int = 0,
+    accounts_stored: int | None = None,
+    movements_stored: int | None = None,
     session_state: bytes | Unchanged | None = UNCHANGED,
     now: datetime | None = None,
 ) -> None:
@@ -334,7 +336,8 @@ async def finish_access(
     ``detail`` is what the scraper saw; it is stored scrubbed of credentials and cut to the
     column's 500 characters. ``session_state`` is the scraper's state to keep, a vault token
     (:func:`seal_session_state`): None clears it, :data:`UNCHANGED` keeps what is stored (state
-    that could not be read must not be overwritten).
+    that could not be read must not be overwritten). ``accounts`` and ``movements`` are what
+    was read, the ``_stored`` counts what the database holds of it (default: all of it).
     """
     values: dict[str, Any] = {
         "scrape_state": ScrapeState.IDLE,
@@ -343,6 +346,8 @@ async def finish_access(
         "scrape_finished_at": now or _now(),
         "accounts_count": accounts,
         "movements_count": movements,
+        "accounts_stored": accounts if accounts_stored is None else accounts_stored,
+        "movements_stored": movements if movements_stored is None else movements_stored,
         "held_by": None,
     }
     if not isinstance(session_state, Unchanged):

@@ -30,7 +30,7 @@ from scrapeflow.banking._models import (
 from scrapeflow.banking._writequeue import GroupedWrite
 from scrapeflow.errors import InvalidAccount
 
-__all__ = ["SqlWriter", "StoredAccounts", "SyncWindow", "Writer"]
+__all__ = ["SqlWriter", "StoredAccounts", "StoredMovements", "SyncWindow", "Writer"]
 
 T = TypeVar("T")
 
@@ -58,16 +58,31 @@ class StoredAccounts:
     """Sync window by ``bank_ref``, read in the transaction that stored the accounts."""
 
 
+@dataclass(frozen=True, slots=True)
+class StoredMovements:
+    """What a batch of movements left in the database."""
+
+    held: int
+    """Rows the database holds, after the batch, for the keys it carried (what was read and
+    stored: fewer than the batch means some of it did not land as read)."""
+    removed: int = 0
+    """Pending movements deleted because the bank no longer lists them."""
+
+
 @runtime_checkable
 class Writer(Protocol):
-    """Stores what scrapers read. Each call is one batch; each must be idempotent."""
+    """Stores what scrapers read. Each call is one batch; each must be idempotent.
 
-    async def write_accounts(self, access_id: int, accounts: Sequence[AccountRecord]) -> None:
+    A write may return how many rows it stored (an ``int``): the access's stored count, shown
+    against what was read (``bank status``, the API), and a shortfall ends the access
+    ``site_changed``. None (the default) counts the batch as stored whole."""
+
+    async def write_accounts(self, access_id: int, accounts: Sequence[AccountRecord]) -> int | None:
         """Insert or update these accounts of ``access_id`` (keyed on ``bank_ref``)."""
 
     async def write_movements(
         self, access_id: int, account_ref: str, movements: Sequence[MovementRecord]
-    ) -> None:
+    ) -> int | None:
         """Insert or update movements of one account (keyed on ``MovementRecord.key``)."""
 
     async def sync_window(self, access_id: int, account_ref: str) -> SyncWindow:
@@ -92,13 +107,13 @@ class SqlWriter:
         self._account_ids: dict[tuple[int, str], int] = {}  # (access, bank_ref) -> row id
         self._customer_ids: dict[int, int] = {}  # access -> customer row id
 
-    async def write_accounts(self, access_id: int, accounts: Sequence[AccountRecord]) -> None:
-        await self._alone(self.accounts_batch(access_id, accounts))
+    async def write_accounts(self, access_id: int, accounts: Sequence[AccountRecord]) -> int:
+        return len(set((await self._alone(self.accounts_batch(access_id, accounts))).ids.values()))
 
     async def write_movements(
         self, access_id: int, account_ref: str, movements: Sequence[MovementRecord]
-    ) -> None:
-        await self._alone(self.movements_batch(access_id, account_ref, movements))
+    ) -> int:
+        return (await self._alone(self.movements_batch(access_id, account_ref, movements))).held
 
     async def write_movements_since(
         self, access_id: int, account_ref: str, movements: Sequence[MovementRecord], since: date
@@ -112,7 +127,7 @@ class SqlWriter:
         ``write_movements``.
         """
         batch = self.movements_batch(access_id, account_ref, movements, complete_since=since)
-        return await self._alone(batch)
+        return (await self._alone(batch)).removed
 
     def accounts_batch(
         self, access_id: int, accounts: Sequence[AccountRecord], *, windows: bool = False
@@ -140,28 +155,30 @@ class SqlWriter:
         *,
         complete_since: date | None = None,
         pending_stored: bool = True,
-    ) -> GroupedWrite[int]:
+    ) -> GroupedWrite[StoredMovements]:
         """The batch of :meth:`write_movements` (or, with ``complete_since``, of
-        :meth:`write_movements_since`), to run in a transaction the caller holds; its result is
-        how many pending movements were deleted. ``pending_stored=False`` says the account has
-        no pending movement stored (its sync window, read since under the access's claim, had
-        none), so there is none to look for."""
+        :meth:`write_movements_since`), to run in a transaction the caller holds; its result
+        tells the rows held for its keys and the pending movements deleted.
+        ``pending_stored=False`` says the account has no pending movement stored (its sync
+        window, read since under the access's claim, had none), so there is none to look for."""
         found: dict[str, int] = {}
 
-        def run(connection: Connection) -> int:
+        def run(connection: Connection) -> StoredMovements:
             account_id = found["id"] = self._account_id(connection, access_id, account_ref)
             version = self._next_version(connection, access_id)
             upsert_movements_sync(connection, account_id, movements, version=version)
-            if complete_since is None:
-                return 0
-            connection.execute(_READ_SINCE, {"account": account_id, "since": complete_since})
-            if not pending_stored:
-                return 0
-            return self._drop_unlisted(
-                connection, access_id, account_id, movements, complete_since, version
-            )
+            keys = list({m.key for m in movements})
+            held = connection.scalar(_HELD, {"account": account_id, "keys": keys}) if keys else 0
+            removed = 0
+            if complete_since is not None:
+                connection.execute(_READ_SINCE, {"account": account_id, "since": complete_since})
+                if pending_stored:
+                    removed = self._drop_unlisted(
+                        connection, access_id, account_id, movements, complete_since, version
+                    )
+            return StoredMovements(held=int(held or 0), removed=removed)
 
-        def landed(_: int) -> None:  # an id read in a rolled-back group is not kept
+        def landed(_: StoredMovements) -> None:  # an id read in a rolled-back group is not kept
             self._account_ids[(access_id, account_ref)] = found["id"]
 
         return _grouped(run, landed)
@@ -290,6 +307,14 @@ _BUMP = (
 )
 _BUMP_RETURNING = _BUMP.returning(Customer.sync_version)
 _VERSION = select(Customer.sync_version).where(Customer.id == bindparam("customer"))
+_HELD = (
+    select(func.count())
+    .select_from(Movement)
+    .where(
+        Movement.account_id == bindparam("account"),
+        Movement.movement_key.in_(bindparam("keys", expanding=True)),
+    )
+)
 _CUSTOMER_OF = select(Access.customer_id).where(Access.id == bindparam("access"))
 _ACCOUNT_ID = select(Account.id).where(
     Account.access_id == bindparam("access"), Account.bank_ref == bindparam("ref")

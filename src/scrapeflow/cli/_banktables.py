@@ -73,7 +73,15 @@ def report_table(reports: Sequence[LaunchReport]) -> Table:
 
 def print_accesses(rows: Sequence[AccessView]) -> None:
     table = Table(
-        "access", "bank", "login", "state", "result", "accounts", "movements", "finished", "detail"
+        "access",
+        "bank",
+        "login",
+        "state",
+        "result",
+        "accounts read/stored",
+        "movements read/stored",
+        "finished",
+        "detail",
     )
     for a in rows:
         table.add_row(
@@ -82,12 +90,17 @@ def print_accesses(rows: Sequence[AccessView]) -> None:
             escape(a.login),
             a.state.value if a.enabled else f"{a.state.value} (disabled)",
             a.result.value if a.result else "",
-            str(a.accounts),
-            str(a.movements),
+            _read_stored(a.accounts, a.accounts_stored),
+            _read_stored(a.movements, a.movements_stored),
             a.finished_at.isoformat(timespec="seconds") if a.finished_at else "",
             escape(a.detail or ""),
         )
     out.print(table)
+
+
+def _read_stored(read: int, stored: int) -> Text:
+    """``read/stored``, in red when the database holds fewer than was read."""
+    return Text(f"{read}/{stored}", style="red" if stored < read else "")
 
 
 def print_accounts(rows: Sequence[AccountView], format: str) -> None:

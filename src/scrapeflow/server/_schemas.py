@@ -209,7 +209,14 @@ class AccessOut(BaseModel):
     result: str | None
     detail: str | None
     accounts: int
+    """Accounts the last scrape read."""
     movements: int
+    """Movements the last scrape read."""
+    accounts_stored: int = 0
+    """Accounts the database held for what the last scrape read: fewer than ``accounts``
+    (two read with one bank_ref) ends the access ``site_changed``."""
+    movements_stored: int = 0
+    """Movements the database held for what the last scrape read."""
     finished_at: datetime | None
     enabled: bool = True
     """False for a disabled access: kept with its data, left out of refreshes and of the

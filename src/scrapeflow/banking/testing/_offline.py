@@ -29,6 +29,7 @@ from scrapeflow.banking._scraper import (
 from scrapeflow.banking._vault import CredentialVault
 from scrapeflow.banking._writequeue import WriteQueue
 from scrapeflow.banking._writer import SyncWindow
+from scrapeflow.errors import AccessFailed
 from scrapeflow.http import HttpClient, HttpConfig
 
 __all__ = ["MemoryWriter", "OfflineScrape", "scrape_offline"]
@@ -130,6 +131,9 @@ async def scrape_offline(
         try:
             async with asyncio.timeout(time_limit):
                 await scraper_cls(context).main()
+            short = context.sink.shortfall()
+            if short is not None:  # as the launcher ends it
+                raise AccessFailed(ResultCode.SITE_CHANGED, short)
             outcome.result = ResultCode.SUCCESS
         except Exception as exc:
             outcome.result, outcome.detail = result_for(exc)

@@ -399,6 +399,8 @@ def access_out(a: AccessView) -> AccessOut:
         detail=a.detail,
         accounts=a.accounts,
         movements=a.movements,
+        accounts_stored=a.accounts_stored,
+        movements_stored=a.movements_stored,
         finished_at=a.finished_at,
         enabled=a.enabled,
     )
