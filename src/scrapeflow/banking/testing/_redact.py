@@ -30,7 +30,14 @@ from urllib.parse import parse_qsl, quote, quote_plus, urlsplit
 from schwifty import IBAN
 from schwifty.exceptions import SchwiftyException
 
-__all__ = ["MIN_SECRET", "SECRET_FIELD", "VOLATILE_FIELDS", "Redactor", "normalized_name"]
+__all__ = [
+    "MIN_SECRET",
+    "SECRET_FIELD",
+    "VOLATILE_FIELDS",
+    "Redactor",
+    "json_fields",
+    "normalized_name",
+]
 
 MIN_SECRET = 6
 """Shortest value of a field with a secret's name taken out everywhere it appears (shorter
@@ -152,7 +159,7 @@ class Redactor:
         stripped = body.lstrip()
         if stripped[:1] in ("{", "["):
             try:
-                self.learn_pairs(_json_pairs(json.loads(body)))
+                self.learn_pairs(json_fields(json.loads(body)))
                 return
             except ValueError:
                 pass
@@ -255,13 +262,15 @@ def _cookies(header: str) -> list[tuple[str, str]]:
     return [(name, morsel.value) for name, morsel in jar.items()]
 
 
-def _json_pairs(value: object, name: str = "") -> Iterator[tuple[str, object]]:
+def json_fields(value: object, name: str = "") -> Iterator[tuple[str, object]]:
+    """Each ``(field name, value)`` of a JSON document, at any depth (a list's items under
+    the list's name)."""
     if isinstance(value, dict):
         for key, inner in value.items():
-            yield from _json_pairs(inner, str(key))
+            yield from json_fields(inner, str(key))
     elif isinstance(value, list):
         for inner in value:
-            yield from _json_pairs(inner, name)
+            yield from json_fields(inner, name)
     elif name:
         yield name, value
 

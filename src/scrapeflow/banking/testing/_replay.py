@@ -19,7 +19,7 @@ import contextlib
 import json
 import re
 from collections import deque
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable
 from http.cookies import CookieError, SimpleCookie
 from typing import Any
 from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
@@ -29,7 +29,7 @@ import yarl
 from multidict import CIMultiDict, CIMultiDictProxy
 
 from scrapeflow.banking.testing._recording import RecordedExchange, Recording
-from scrapeflow.banking.testing._redact import VOLATILE_FIELDS, normalized_name
+from scrapeflow.banking.testing._redact import VOLATILE_FIELDS, json_fields, normalized_name
 from scrapeflow.errors import NotRecorded
 from scrapeflow.http import Exchange, Hop, Response, request_body, requested_url
 from scrapeflow.http._stale import Sending
@@ -169,7 +169,7 @@ def _client_made(recording: Recording) -> frozenset[str]:
         pairs = parse_qsl(urlsplit(recorded.url).query, keep_blank_values=True)
         if body.lstrip()[:1] in ("{", "["):
             with contextlib.suppress(ValueError):
-                pairs += list(_json_fields(json.loads(body)))
+                pairs += [(k, v) for k, v in json_fields(json.loads(body)) if isinstance(v, str)]
         elif "=" in body:
             pairs += parse_qsl(body, keep_blank_values=True)
         for name, value in pairs:
@@ -177,17 +177,6 @@ def _client_made(recording: Recording) -> frozenset[str]:
             if placeholders - answered - _FED:
                 made.add(normalized_name(name))
     return frozenset(made)
-
-
-def _json_fields(value: Any, name: str = "") -> Iterator[tuple[str, str]]:
-    if isinstance(value, dict):
-        for key, inner in value.items():
-            yield from _json_fields(inner, str(key))
-    elif isinstance(value, list):
-        for inner in value:
-            yield from _json_fields(inner, name)
-    elif name and isinstance(value, str):
-        yield name, value
 
 
 def _keep_cookies(
