@@ -152,3 +152,31 @@ async def test_the_offline_scrape_of_the_kit_catches_it_too(sandbox: Sandbox) ->
     )
     assert scrape.result is ResultCode.SITE_CHANGED
     assert "the database holds 1 of them" in scrape.detail
+
+
+class JointAccountScraper(ApiBankScraper):
+    """A bank that lists the login's accounts under a second contract too (a joint holder's
+    view): the same accounts, read twice, are one row each, and that is not a shortfall."""
+
+    bank = "jointbank"
+
+    async def contracts(self) -> Sequence[ContractInfo]:
+        found = list(await super().contracts())
+        return found + [ContractInfo(bank_ref=f"{c.bank_ref}-joint", name=c.name) for c in found]
+
+    async def accounts(self, contract: ContractInfo) -> Sequence[AccountRecord]:
+        own = ContractInfo(bank_ref=contract.bank_ref.removesuffix("-joint"), name=contract.name)
+        return await super().accounts(own)
+
+
+async def test_one_account_listed_under_two_contracts_is_no_shortfall(sandbox: Sandbox) -> None:
+    login = await h.credentials(sandbox, "apibank", 3)
+    scrape = await scrape_offline(
+        JointAccountScraper,
+        login=login["username"],
+        password=login["password"],
+        base_url=sandbox.urls["apibank"],
+        today=await h.sandbox_today(sandbox, "apibank"),
+    )
+    assert scrape.result is ResultCode.SUCCESS, scrape.detail
+    assert scrape.accounts

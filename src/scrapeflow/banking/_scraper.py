@@ -149,6 +149,10 @@ class AccessSink:
         """Movements the database holds for what was read, batch by batch."""
         self._account_rows: set[object] = set()  # row ids (or bank refs) the batches stored
         self._accounts_short = 0  # rows a writer said it did not store
+        # What each bank_ref read looked like, and how many reads gave one of them another
+        # IBAN, number or currency (one account listed twice, under two contracts, is fine).
+        self._read_refs: dict[str, tuple[object, ...]] = {}
+        self._conflicts = 0
         self.started = time.monotonic()
         self.balances_at: float | None = None
         """Seconds from the start to the latest accounts batch landing."""
@@ -161,6 +165,11 @@ class AccessSink:
     async def write_accounts(self, accounts: Sequence[AccountRecord]) -> None:
         if not accounts:
             return
+        for account in accounts:
+            shape = (account.iban, account.number, account.currency)
+            seen = self._read_refs.setdefault(account.bank_ref, shape)
+            if seen != shape:
+                self._conflicts += 1
         if self._sql is not None:
             batch = self._sql.accounts_batch(self.access_id, accounts, windows=True)
             stored = await self.queue.submit(batch)
@@ -235,9 +244,10 @@ class AccessSink:
     def shortfall(self) -> str | None:
         """What was read and did not land as read, in words; None when all of it did."""
         short = []
-        if self.accounts_stored < self.accounts:
+        distinct = len(self._read_refs) + self._conflicts
+        if self.accounts_stored < distinct:
             short.append(
-                f"read {self.accounts} accounts, the database holds {self.accounts_stored} of "
+                f"read {distinct} accounts, the database holds {self.accounts_stored} of "
                 "them (accounts with one bank_ref overwrite each other)"
             )
         if self.movements_stored < self.movements:

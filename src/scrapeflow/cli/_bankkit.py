@@ -125,7 +125,7 @@ def record(
     config = settings(ctx)
     if output.suffix.lower() != ".har":
         fail(f"--output {output}: a recording is a .har file")
-    if target.isdigit():
+    if target.isascii() and target.isdigit():
         bank, login, password = _stored_access(config, int(target))
     else:
         bank = target

@@ -221,8 +221,20 @@ class Redactor:
         if self._compiled is None and self._by_value:
             # Longest first: a token that holds another is replaced whole.
             spellings = sorted(self._table(), key=len, reverse=True)
-            self._compiled = re.compile("|".join(re.escape(s) for s in spellings))
+            self._compiled = re.compile("|".join(_bounded(s) for s in spellings))
         return self._compiled
+
+
+def _bounded(spelled: str) -> str:
+    """The pattern of a secret's spelling; a short one only where it stands alone (not the
+    ``1000`` of an amount ``-1000.50``, nor part of a longer word or number)."""
+    if len(spelled) >= _STANDS_ALONE:
+        return re.escape(spelled)
+    return rf"(?<![\w.,]){re.escape(spelled)}(?![\w.,])"
+
+
+_STANDS_ALONE = 8
+"""Spellings at least this long are replaced wherever they appear."""
 
 
 def _label(name: str) -> str:
