@@ -16,4 +16,4 @@ def test_scrapers_stays_the_registry_function_after_a_scraper_is_loaded() -> Non
     )
     done = subprocess.run([sys.executable, "-c", program], capture_output=True, text=True)
     assert done.returncode == 0, done.stderr
-    assert done.stdout.strip() == "['apibank', 'formbank', 'legacybank']"
+    assert done.stdout.strip() == "['apibank', 'formbank', 'legacybank', 'neobank']"

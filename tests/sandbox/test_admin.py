@@ -56,7 +56,7 @@ async def test_health_names_every_site_with_an_admin_api(
     sandbox: Sandbox, admin: SandboxAdmin
 ) -> None:
     names = [name for name in sandbox.urls if name != "plain"]
-    assert sorted(names) == ["apibank", "feed", "formbank", "legacybank"]
+    assert sorted(names) == ["apibank", "feed", "formbank", "legacybank", "neobank"]
     assert [await admin.health(name) for name in names] == names
 
 

@@ -32,8 +32,8 @@ async def test_every_profile_serves_every_site(profile: str) -> None:
     config = SandboxConfig(hostility=profile, latency_ms=(0, 0), admin_token="tok")
     async with Sandbox(config) as sandbox, SandboxAdmin.from_sandbox(sandbox) as admin:
         urls = sandbox.urls
-        assert set(urls) == {"plain", "feed", "formbank", "apibank", "legacybank"}
-        assert len({u.rsplit(":", 1)[1] for u in urls.values()}) == 5  # one port per site
+        assert set(urls) == {"plain", "feed", "formbank", "apibank", "legacybank", "neobank"}
+        assert len({u.rsplit(":", 1)[1] for u in urls.values()}) == 6  # one port per site
         for name in urls:
             if name == "plain":
                 continue

@@ -16,6 +16,8 @@ class ResultCode(StrEnum):
     WRONG_CREDENTIALS = "wrong_credentials"
     USER_LOCKED = "user_locked"
     TWO_FACTOR_REQUIRED = "two_factor_required"
+    NOT_APPROVED = "not_approved"
+    CONSENT_EXPIRED = "consent_expired"
     BANK_UNAVAILABLE = "bank_unavailable"
     BLOCKED = "blocked"
     TIMEOUT = "timeout"
@@ -41,6 +43,14 @@ _MESSAGES = {
     ResultCode.TWO_FACTOR_REQUIRED: (
         "The bank asks for a one-time code; supply it to resume the scrape."
     ),
+    ResultCode.NOT_APPROVED: (
+        "The bank asked the customer to approve the login in its app and no approval came "
+        "(rejected, or not in time); refresh again when the customer can approve."
+    ),
+    ResultCode.CONSENT_EXPIRED: (
+        "The customer's consent to read this bank has expired (banks ask for it again every "
+        "90 or 180 days); the next refresh asks the customer to approve it again."
+    ),
     ResultCode.BANK_UNAVAILABLE: "The bank's site is down or in maintenance; try again later.",
     ResultCode.BLOCKED: "The bank blocked our requests (IP or rate limit); retry through a proxy.",
     ResultCode.TIMEOUT: "The scrape did not finish within its time limit and was stopped.",
@@ -56,10 +66,16 @@ _MESSAGES = {
 
 
 NEEDS_A_PERSON = frozenset(
-    {ResultCode.TWO_FACTOR_REQUIRED, ResultCode.WRONG_CREDENTIALS, ResultCode.USER_LOCKED}
+    {
+        ResultCode.TWO_FACTOR_REQUIRED,
+        ResultCode.NOT_APPROVED,
+        ResultCode.CONSENT_EXPIRED,
+        ResultCode.WRONG_CREDENTIALS,
+        ResultCode.USER_LOCKED,
+    }
 )
-"""The results only the customer can clear: a code to type, a password to fix, a user to
-unlock at the bank."""
+"""The results only the customer can clear: a code to type, an approval to give in the bank's
+app, a password to fix, a user to unlock at the bank."""
 
 
 class Outcome(StrEnum):

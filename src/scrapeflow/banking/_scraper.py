@@ -567,6 +567,8 @@ _PRIORITY = {  # when concurrent steps fail differently, the most telling cause 
     ResultCode.WRONG_CREDENTIALS: 0,
     ResultCode.USER_LOCKED: 0,
     ResultCode.TWO_FACTOR_REQUIRED: 0,
+    ResultCode.NOT_APPROVED: 0,
+    ResultCode.CONSENT_EXPIRED: 0,
     ResultCode.BLOCKED: 1,
     ResultCode.BANK_UNAVAILABLE: 2,
     ResultCode.SITE_CHANGED: 3,

@@ -9,7 +9,7 @@
 banks with the matching bank behaviour below; every switch can be changed afterwards through the
 admin API (``/__admin/hostility``, ``/__admin/settings``)::
 
-    profile    banks' guard                       legacy bank               form and API banks
+    profile    banks' guard                       legacy bank               the other banks
     none       none                               -                         -
     realistic  none                               1% maintenance; session   -
                                                   ends after 300 requests
@@ -33,7 +33,7 @@ from scrapeflow.sandbox._hostility import Hostility
 from scrapeflow.sandbox._plainsite import PlainSite, SiteConfig
 from scrapeflow.sandbox._server import check_host, run_in_thread, serve
 from scrapeflow.sandbox._site import SandboxSite, SandboxState
-from scrapeflow.sandbox.banks import ApiBank, BankSettings, FormBank, LegacyBank
+from scrapeflow.sandbox.banks import ApiBank, BankSettings, FormBank, LegacyBank, NeoBank
 
 __all__ = ["Sandbox", "SandboxConfig"]
 
@@ -124,6 +124,12 @@ class Sandbox:
                 hostility=_BANK_GUARDS[profile],
                 latency_ms=bank_latency,
                 settings=dataclasses.replace(_LEGACY_SETTINGS[profile]),
+            ),
+            "neobank": NeoBank(
+                self.state,
+                hostility=_BANK_GUARDS[profile],
+                latency_ms=bank_latency,
+                settings=dataclasses.replace(_OTHER_BANK_SETTINGS[profile]),
             ),
         }
         self.urls: dict[str, str] = {}

@@ -10,6 +10,10 @@ Customers are numbered 1..``customers``. Per bank, customer ``n``:
 * must pass a **one-time code** (2FA) at the legacy bank when ``n % 4 == 2``;
 * has **many accounts** (8 contracts x 4 accounts) when ``n % 50 == 7``; else 1-3 contracts of 1-3.
 
+At the neobank, a pending card purchase in five **posts with another amount** than it was
+authorised for (a tip, a currency conversion): same reference, new amount. The other banks'
+data is what it always was.
+
 Movements start 120 days before the sandbox epoch. Each day brings 0-3 movements per account at
 a time of day; about half the card purchases stay **pending** 1-3 days, then **post** with a
 new description and the posting day as value date; one pending purchase in five is **withdrawn**
@@ -45,10 +49,10 @@ __all__ = [
     "World",
 ]
 
-BANKS = ("formbank", "apibank", "legacybank")
+BANKS = ("formbank", "apibank", "legacybank", "neobank")
 MAX_CUSTOMERS = 999_999  # account codes and usernames have room for six digits
 HISTORY_DAYS = 120
-_BANK_CODES = {"formbank": "0182", "apibank": "1465", "legacybank": "2038"}
+_BANK_CODES = {"formbank": "0182", "apibank": "1465", "legacybank": "2038", "neobank": "1563"}
 _NIF_LETTERS = "TRWAGMYFPDXBNJZSQVHLCKE"
 _CENT = Decimal("0.01")
 
@@ -152,6 +156,8 @@ class _Draft:
     posted_at: datetime
     """When it posts, or, when ``withdrawn``, when it disappears."""
     withdrawn: bool = False
+    posted_amount: Decimal | None = None
+    """The amount it posts with, when that differs from the authorised ``amount``."""
 
 
 class World:
@@ -184,6 +190,7 @@ class World:
             "formbank": username[:8] if len(username) == 9 else "",
             "apibank": username.removeprefix("user") if username.startswith("user") else "",
             "legacybank": username[1:] if username.startswith("L") else "",
+            "neobank": username.removeprefix("neo") if username.startswith("neo") else "",
         }[bank]
         if not digits.isdigit():
             return None
@@ -249,6 +256,8 @@ def _username(bank: str, customer: int) -> str:
         return f"{customer:08d}{_NIF_LETTERS[customer % 23]}"
     if bank == "apibank":
         return f"user{customer:05d}"
+    if bank == "neobank":
+        return f"neo{customer:06d}"
     return f"L{customer:07d}"
 
 
@@ -335,7 +344,7 @@ def _movements_cached(
     result: list[Movement] = []
     balance = account.opening_balance
     for d in booked:
-        balance += d.amount
+        balance += d.amount if d.posted_amount is None else d.posted_amount
         result.append(_movement(account, d, pending=False, balance_after=balance))
     result.extend(_movement(account, d, pending=True, balance_after=None) for d in pending)
     return tuple(result)
@@ -349,7 +358,7 @@ def _movement(
         account_id=account.id,
         operation_date=d.operation_date,
         value_date=d.operation_date if pending else d.posted_at.date(),
-        amount=d.amount,
+        amount=d.amount if pending or d.posted_amount is None else d.posted_amount,
         description=d.pending_description if pending else d.description,
         pending=pending,
         balance_after=balance_after,
@@ -388,8 +397,20 @@ def _drafts(seed: int, account: Account, day: date) -> list[_Draft]:
         # A fifth of the pending purchases are withdrawn; decided by the reference, so the
         # day's random sequence (and every other fact) stays what it was.
         withdrawn = delay > 0 and int(ref, 16) % 5 == 0
-        drafts.append(_Draft(ref, day, amount, pending_text, text, appeared, posted, withdrawn))
+        posted_amount = _posted_amount(account, ref, amount) if delay and not withdrawn else None
+        drafts.append(
+            _Draft(ref, day, amount, pending_text, text, appeared, posted, withdrawn, posted_amount)
+        )
     return drafts
+
+
+def _posted_amount(account: Account, ref: str, amount: Decimal) -> Decimal | None:
+    """At the neobank, one pending purchase in five posts for more than it was authorised:
+    1% to 15% on top (a tip, a conversion at the day's rate). Decided by the reference alone."""
+    if account.bank != "neobank" or int(ref, 16) % 5 != 1:
+        return None
+    extra = Decimal(int(ref[:4], 16) % 1400 + 100) / Decimal(10_000)
+    return (amount * (1 + extra)).quantize(_CENT)
 
 
 def _event(rng: Random, account: Account, day: date) -> tuple[Decimal, str, str, int]:
