@@ -361,6 +361,37 @@ class SandboxAdmin:
         path = f"{ADMIN_PREFIX}/otp/{quote(username, safe='')}"
         return self._field(bank, "GET", path, await self.request(bank, "GET", path), "code")
 
+    async def approvals(self, bank: str = "neobank") -> list[dict[str, Any]]:
+        """The push approvals waiting for an answer (``GET /__admin/approvals``): each with its
+        ``id``, ``username``, ``age_seconds`` and ``expires_in``."""
+        path = f"{ADMIN_PREFIX}/approvals"
+        waiting = (await self.request(bank, "GET", path)).get("approvals")
+        if not isinstance(waiting, list):
+            raise self._error(bank, "GET", path, 200, "no list of approvals")
+        return waiting
+
+    async def decide(self, username: str, *, approve: bool, bank: str = "neobank") -> str:
+        """Answer ``username``'s latest waiting push as the customer would: approve or reject
+        it (``POST /__admin/approvals/{username}``); 404 when none waits. The new status.
+
+        >>> await admin.decide("neo000002", approve=False)  # doctest: +SKIP
+        """
+        path = f"{ADMIN_PREFIX}/approvals/{quote(username, safe='')}"
+        body = {"decision": "approve" if approve else "reject"}
+        answer = await self.request(bank, "POST", path, json=body)
+        return self._field(bank, "POST", path, answer, "status")
+
+    async def approval_settings(self, bank: str = "neobank", **changes: float) -> dict[str, float]:
+        """The simulated customer's behaviour, changed by ``changes`` when given
+        (``/__admin/approval``): ``approve_after_seconds`` (below 0: only :meth:`decide`
+        answers), ``ttl_seconds``, ``poll_interval_seconds``."""
+        path = f"{ADMIN_PREFIX}/approval"
+        method = "POST" if changes else "GET"
+        answer = await self.request(bank, method, path, json=dict(changes) if changes else None)
+        if not isinstance(answer, dict):
+            raise self._error(bank, method, path, 200, "not an object")
+        return {str(k): float(v) for k, v in answer.items()}
+
     async def bank_settings(self, bank: str) -> BankSettings:
         """The bank's behaviour switches (``GET /__admin/settings``)."""
         path = f"{ADMIN_PREFIX}/settings"

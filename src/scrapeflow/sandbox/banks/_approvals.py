@@ -5,8 +5,8 @@ customer approves or rejects it, or it expires. In the sandbox the customer is s
 default an approval is granted ``approve_after_seconds`` after it was sent (a person tapping
 "Approve"); with that set below zero nobody answers until the admin API decides::
 
-    GET  /__admin/approvals              the approvals waiting: [{"id", "username", "age_seconds",
-                                         "expires_in"}]
+    GET  /__admin/approvals              the approvals waiting: {"approvals": [{"id", "username",
+                                         "age_seconds", "expires_in"}]}
     POST /__admin/approvals/{username}   {"decision": "approve" | "reject"}: decide the user's
                                          latest waiting approval; 404 when none waits
     GET  /__admin/approval               {"approve_after_seconds", "ttl_seconds",
@@ -140,17 +140,16 @@ class Approvals:
         async def waiting(request: web.Request) -> web.Response:
             require_admin(request, state)
             now = time.monotonic()
-            return admin_json(
-                [
-                    {
-                        "id": a.id,
-                        "username": a.username,
-                        "age_seconds": round(now - a.created, 3),
-                        "expires_in": round(self.expires_in(a), 3),
-                    }
-                    for a in self.waiting()
-                ]
-            )
+            waiting = [
+                {
+                    "id": a.id,
+                    "username": a.username,
+                    "age_seconds": round(now - a.created, 3),
+                    "expires_in": round(self.expires_in(a), 3),
+                }
+                for a in self.waiting()
+            ]
+            return admin_json({"approvals": waiting})
 
         @admin.post(f"{ADMIN_PREFIX}/approvals/{{username}}")
         async def decide(request: web.Request) -> web.Response:
