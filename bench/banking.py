@@ -11,22 +11,22 @@ requests, the API bank's own limit of 10 requests/s per client IP, burst 20):
   SQLite database in a temporary directory (PostgreSQL too with ``--postgres``), so its peak RSS
   is its own. Setup (schema, customers, accesses, credentials read from the sandbox's admin API)
   happens before the clock starts;
-* **one customer, cold**: each run takes a new customer number (one access at each of the three
+* **one customer, cold**: each run takes a new customer number (one access at each of the four
   banks, nothing stored for it yet, so the full 14 days are read) and a new ``Launcher`` (new
   HTTP client: new connections, new logins). Time to all balances is
-  ``LaunchReport.balances_seconds`` (the last accounts batch of the three landing), time to all
+  ``LaunchReport.balances_seconds`` (the last accounts batch of the four landing), time to all
   movements ``LaunchReport.seconds``. One unmeasured refresh of another customer comes first in
   the process (module imports, first scraper load), reported apart. p50 and p95 (nearest rank:
   with 10 runs the p95 is the slowest) are printed beside the seed's 10 s / 30 s and the goals
   2 s / 5 s as ratios (figure / target; below 1 meets it);
-* **200 customers at once**: 600 accesses, ``Launcher.refresh_many``. First as the product
+* **200 customers at once**: 800 accesses, ``Launcher.refresh_many``. First as the product
   ships (the launcher's own ``HttpConfig(max_connections=400)``, ``LaunchLimits()``, no proxy),
   then with several exit IPs — tinyproxy processes bound to 127.0.0.2, .3, ... given to the
   launcher as a ``ProxyProviderFromList`` (the product's proxy rotation: the API bank limits
   each IP apart) and wider launch limits. Each prints total time (goal 60 s), p50/p95 of the
   per-customer seconds, every result code, HTTP traffic per bank (requests, 429s, retries),
   the launcher's peak RSS (``VmHWM``, reset through ``/proc/self/clear_refs`` just before the
-  launch) and memory per access: (peak RSS - RSS before the launch) / 600. The seed's browsers
+  launch) and memory per access: (peak RSS - RSS before the launch) / 800. The seed's browsers
   took ~300 MB a page;
 * against the floor: the banks' own rate limits set the shortest batch possible — the API bank
   allows 10 requests/s per client IP (burst 20), so ``needed`` requests over ``N`` exit IPs take
@@ -88,7 +88,7 @@ from _loopback import (
     peak_rss_mb,
 )
 
-BANKS = ("formbank", "apibank", "legacybank")
+BANKS = ("formbank", "apibank", "legacybank", "neobank")
 SEED = 7
 RESULTS = Path(__file__).resolve().parent / "results" / "banking.json"
 SEED_TARGETS = {"balances": 10.0, "movements": 30.0}

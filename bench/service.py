@@ -13,7 +13,7 @@ Method:
 * customers ``cust-N`` (no two-factor, none locked) are added to a fresh database — SQLite in a
   temporary directory, or a new PostgreSQL database that is dropped afterwards — with their
   sandbox credentials: by default one access each, the banks taken in turn (``--banks all``
-  gives each customer an access at every bank: three times the scraping for the same API
+  gives each customer an access at every bank: four times the scraping for the same API
   load, which this service cannot finish in a bounded run on 2 cores: see ``--quick`` first);
 * the real ``scrapeflow serve`` runs as a subprocess on port 0 (``SCRAPEFLOW_SCHEDULE=off``,
   ``SCRAPEFLOW_REFRESH_CONCURRENCY`` = ``--job-concurrency``, default the number of clients, so
@@ -78,7 +78,7 @@ from _loopback import (
 )
 from banking import tinyproxies
 
-BANKS = ("formbank", "apibank", "legacybank")
+BANKS = ("formbank", "apibank", "legacybank", "neobank")
 SEED = 7
 RESULTS = Path(__file__).resolve().parent / "results" / "service.json"
 

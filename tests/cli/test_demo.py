@@ -25,7 +25,7 @@ import pytest
 from scrapeflow.sandbox import Sandbox, SandboxAdmin, SandboxConfig
 
 CUSTOMERS = ("demo-1", "demo-2", "demo-3", "demo-7")
-BANKS = ("formbank", "apibank", "legacybank")
+BANKS = ("formbank", "apibank", "legacybank", "neobank")
 ENV = {**os.environ, "COLUMNS": "200", "PYTHONUNBUFFERED": "1"}
 
 
@@ -137,7 +137,7 @@ def test_the_demo_refreshes_customers_through_the_service_and_exits_0(
     }
     assert sorted(rows) == list(CUSTOMERS)
     assert all(row["result"] == "success" and int(row["movements"]) > 0 for row in rows.values())
-    assert rows["demo-7"]["accounts"] == "96"  # 32 at each bank
+    assert rows["demo-7"]["accounts"] == str(32 * len(BANKS))  # 32 at each bank
     for row in rows.values():
         assert 0 < float(row["balances"]) <= float(row["updated"])
     for customer in CUSTOMERS:

@@ -28,7 +28,7 @@ if TYPE_CHECKING:
 
 __all__ = ["BANKS", "DemoService", "ServiceThread", "demo_settings", "listen"]
 
-BANKS = ("formbank", "apibank", "legacybank")
+BANKS = ("formbank", "apibank", "legacybank", "neobank")
 _DB = "bank.db"
 _THROWAWAY = (_DB, f"{_DB}-wal", f"{_DB}-shm", f"{_DB}-journal", "vault.key", "sandbox.json")
 _GRACE_SECONDS = 5  # open streams (a dashboard's) at shutdown, before they are cut

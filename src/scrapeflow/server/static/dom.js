@@ -10,7 +10,8 @@ export { when };
 const BADGES = {
   all_updated: "ok", succeeded: "ok", success: "ok", enabled: "ok",
   running: "running", in_progress: "running", queued: "waiting",
-  two_factor_required: "waiting", partially_updated: "waiting", partial: "waiting",
+  two_factor_required: "waiting", not_approved: "waiting", consent_expired: "waiting",
+  partially_updated: "waiting", partial: "waiting",
   needs_action: "waiting", wrong_credentials: "bad", user_locked: "bad",
   bank_unavailable: "bad", blocked: "bad", site_changed: "bad", unknown: "bad", timeout: "bad",
   not_stored: "bad",
