@@ -742,7 +742,7 @@ def fmt(value: float | None, unit: str = "") -> str:
 
 
 def print_single(title: str, s: dict[str, Any]) -> None:
-    print(f"\n{title}: one customer, 3 accesses, cold, {s['runs']} runs")
+    print(f"\n{title}: one customer, {len(BANKS)} accesses, cold, {s['runs']} runs")
     print(f"  {'':24}{'p50':>9}{'p95':>9}   {'p95/seed':>9}{'p95/goal':>9}")
     for key, label in (
         ("balances", "time to all balances"),
