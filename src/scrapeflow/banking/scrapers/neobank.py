@@ -23,7 +23,7 @@ The flow:
 
 Every GET of the API carries the ``If-None-Match`` of the answer kept from the last run (in
 ``context.state["etags"]``, up to :attr:`NeoBankScraper.etag_cache_chars`): a 304 costs the bank
-no work and the scraper no parsing of a new body. 401 (``token_expired``) raises
+no work and the wire no body. 401 (``token_expired``) raises
 :class:`SessionExpired` (the base class logs in again, with the refresh token); 403
 ``consent_expired`` ends the access ``consent_expired``.
 """
@@ -77,8 +77,9 @@ class NeoBankScraper(BasicScraper):
     """Where the bank sends the code. Registered with the bank, never fetched."""
     approval_timeout: ClassVar[float] = 300.0
     """Seconds the scraper waits for the customer's approval at most, whatever the bank says."""
-    etag_cache_chars: ClassVar[int] = 200_000
-    """Characters of API answers kept between runs for ``If-None-Match``."""
+    etag_cache_chars: ClassVar[int] = 64_000
+    """Characters of API answers kept between runs for ``If-None-Match`` (in the access's
+    encrypted state: a quiet account's listings, not a whole history)."""
 
     def __init__(self, context: ScrapeContext) -> None:
         super().__init__(context)
