@@ -22,7 +22,7 @@ from scrapeflow.sandbox import Sandbox, SandboxAdmin
 
 from . import _harness as h
 
-BANKS = ("formbank", "apibank", "legacybank")
+BANKS = ("formbank", "apibank", "legacybank", "neobank")
 
 
 async def record_customer(
@@ -112,12 +112,15 @@ async def test_a_recording_keeps_no_password_code_token_cookie_or_iban(
                 for cookie in value.split(";")[0].split(";"):
                     cookie_name, _, cookie_value = cookie.strip().partition("=")
                     secrets[f"cookie {cookie_name}"] = cookie_value
+            if name.lower() == "location" and "code=" in value:  # an OAuth authorisation code
+                secrets["authorisation code"] = dict(parse_qsl(value.partition("?")[2]))["code"]
         for name, value in parse_qsl((exchange.request_body or b"").decode("latin-1")):
             if "clave" in name.lower() and value:  # the password as the page's script encrypts it
                 secrets[f"form {name}"] = value
         body = exchange.response_body.decode("latin-1")
         if body.startswith("{") and "access_token" in body:
             secrets["access token"] = json.loads(body)["access_token"]
+            secrets["refresh token"] = json.loads(body).get("refresh_token", "")
     truth = await h.truth(sandbox, bank, used["login"])
     for account in truth["accounts"]:
         if account.get("iban"):

@@ -1,5 +1,6 @@
 """Each shipped scraper against a recording of a session at its sandbox bank (made with
-``scrapeflow bank record``; the legacy bank's asks for a one-time code), compared with the
+``scrapeflow bank record``; the legacy bank's asks for a one-time code, the neobank's polls a push
+and checks the OAuth state it gets back), compared with the
 golden file beside it: offline, no bank, no database. The kit's example of a scraper's test
 (docs/writing-a-bank.md)."""
 
@@ -19,7 +20,7 @@ from scrapeflow.errors import GoldenMismatch
 RECORDINGS = Path(__file__).parent / "recordings"
 
 
-@pytest.mark.parametrize("bank", ["formbank", "apibank", "legacybank"])
+@pytest.mark.parametrize("bank", ["formbank", "apibank", "legacybank", "neobank"])
 async def test_the_scraper_reads_its_recorded_session(bank: str) -> None:
     scrape = await replay(RECORDINGS / f"{bank}.har", golden=RECORDINGS / f"{bank}.json")
     assert scrape.ok

@@ -10,7 +10,9 @@ placeholder no recorded answer holds was made by the scraper from a secret (a pa
 encrypted in the page's script): it cannot be the same in a replay, and is not compared
 either. A request the recording does not hold raises :class:`~scrapeflow.errors.NotRecorded`,
 naming it and the recorded requests nearest.
-Cookies the recorded answers set go into the session's jar, as they would live.
+Cookies the recorded answers set go into the session's jar, as they would live. A volatile
+value the bank echoes back (OAuth's ``state`` in a redirect) is answered with the value the
+scraper sent this time, not the recorded one, so a scraper that checks the echo passes.
 """
 
 from __future__ import annotations
@@ -22,7 +24,7 @@ from collections import deque
 from collections.abc import Iterable
 from http.cookies import CookieError, SimpleCookie
 from typing import Any
-from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
+from urllib.parse import parse_qsl, quote, urlencode, urlsplit, urlunsplit
 
 import aiohttp
 import yarl
@@ -37,6 +39,8 @@ from scrapeflow.http._stale import Sending
 __all__ = ["ReplayWire", "request_key"]
 
 _SHOWN_BODY = 200
+_SHORTEST_ECHO = 8
+"""A volatile value shorter than this is not replaced in answers (it could be anything)."""
 
 
 def request_key(
@@ -68,6 +72,7 @@ class ReplayWire:
             key = request_key(recorded.method, recorded.url, recorded.request_body, self.volatile)
             self._left.setdefault(key, deque()).append(recorded)
         self.played = 0
+        self._echoes: dict[str, str] = {}  # a recorded volatile value: the one sent this time
         self.missing: NotRecorded | None = None
         """The first request the recording did not hold (the scraper may have caught it)."""
 
@@ -100,17 +105,24 @@ class ReplayWire:
         recorded = left.popleft()
         self.played += 1
         sending.answered = True
+        self._learn_echoes(recorded, str(asked), body)
+        echo = self._echo
         hops = []
-        for status, hop_url, headers in recorded.redirects:
-            _keep_cookies(http, headers, hop_url)
-            hops.append(Hop(status=status, url=hop_url, headers=headers))
-        _keep_cookies(http, recorded.response_headers, recorded.final_url)
+        for status, hop_url, hop_headers in recorded.redirects:
+            headers = [(name, echo(value)) for name, value in hop_headers]
+            _keep_cookies(http, headers, echo(hop_url))
+            hops.append(Hop(status=status, url=echo(hop_url), headers=tuple(headers)))
+        response_headers = [(name, echo(value)) for name, value in recorded.response_headers]
+        _keep_cookies(http, response_headers, echo(recorded.final_url))
+        response_body = recorded.response_body
+        for old, new in self._echoes.items():
+            response_body = response_body.replace(old.encode(), new.encode())
         response = Response(
             method=method,
-            url=recorded.final_url,
+            url=echo(recorded.final_url),
             status=recorded.status,
-            headers=CIMultiDictProxy(CIMultiDict(recorded.response_headers)),
-            body=recorded.response_body,
+            headers=CIMultiDictProxy(CIMultiDict(response_headers)),
+            body=response_body,
             elapsed=0.0,
             attempts=attempt,
             proxy=None,
@@ -124,6 +136,22 @@ class ReplayWire:
             response=response,
             started_at=recorded.started_at,
         )
+
+    def _learn_echoes(self, recorded: RecordedExchange, url: str, body: bytes | None) -> None:
+        """Pair the volatile values the recording sent with the ones sent now."""
+        sent = _volatile_values(url, body, self.volatile)
+        for name, old in _volatile_values(
+            recorded.url, recorded.request_body, self.volatile
+        ).items():
+            new = sent.get(name)
+            if new is not None and new != old and len(old) >= _SHORTEST_ECHO:
+                self._echoes[old] = new
+                self._echoes[quote(old, safe="")] = quote(new, safe="")
+
+    def _echo(self, text: str) -> str:
+        for old, new in self._echoes.items():
+            text = text.replace(old, new)
+        return text
 
     def _not_recorded(self, key: tuple[str, str, str]) -> str:
         method, url, body = key
@@ -165,18 +193,32 @@ def _client_made(recording: Recording) -> frozenset[str]:
             answered.update(_PLACEHOLDER.findall(text))
     made: set[str] = set()
     for recorded in recording:
-        body = (recorded.request_body or b"").decode("latin-1")
-        pairs = parse_qsl(urlsplit(recorded.url).query, keep_blank_values=True)
-        if body.lstrip()[:1] in ("{", "["):
-            with contextlib.suppress(ValueError):
-                pairs += [(k, v) for k, v in json_fields(json.loads(body)) if isinstance(v, str)]
-        elif "=" in body:
-            pairs += parse_qsl(body, keep_blank_values=True)
-        for name, value in pairs:
+        for name, value in _request_fields(recorded.url, recorded.request_body):
             placeholders = set(_PLACEHOLDER.findall(str(value)))
             if placeholders - answered - _FED:
                 made.add(normalized_name(name))
     return frozenset(made)
+
+
+def _request_fields(url: str, body: bytes | None) -> list[tuple[str, str]]:
+    """A request's fields: its query's, and its form's or JSON body's (string values)."""
+    pairs = parse_qsl(urlsplit(url).query, keep_blank_values=True)
+    text = (body or b"").decode("latin-1")
+    if text.lstrip()[:1] in ("{", "["):
+        with contextlib.suppress(ValueError):
+            pairs += [(k, v) for k, v in json_fields(json.loads(text)) if isinstance(v, str)]
+    elif "=" in text:
+        pairs += parse_qsl(text, keep_blank_values=True)
+    return pairs
+
+
+def _volatile_values(url: str, body: bytes | None, volatile: frozenset[str]) -> dict[str, str]:
+    """The values of ``volatile`` fields in a request."""
+    return {
+        normalized_name(k): v
+        for k, v in _request_fields(url, body)
+        if normalized_name(k) in volatile
+    }
 
 
 def _keep_cookies(
