@@ -4,6 +4,7 @@ sandbox's banks, replayed offline, compared with golden files; what a recording 
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 from urllib.parse import parse_qsl
 
@@ -13,6 +14,7 @@ from scrapeflow.banking.testing import (
     OfflineScrape,
     Recorder,
     Recording,
+    Redactor,
     golden_of,
     record,
     replay,
@@ -184,3 +186,36 @@ async def test_a_golden_file_missing_says_how_to_write_it(sandbox: Sandbox, tmp_
     _, recording, _ = await record_customer(sandbox, "apibank", 6)
     with pytest.raises(GoldenMismatch, match="--update-golden"):
         await replay(recording.save(tmp_path / "s.har"), golden=tmp_path / "none.json")
+
+
+def test_secrets_in_odd_cookies_named_fields_headers_and_fragments_are_taken_out() -> None:
+    """What a bank's session may hold besides the usual fields: every value is gone from the
+    text, and what is not a secret (a currency code, a description) stays."""
+    redactor = Redactor()
+    redactor.learn_headers(
+        [
+            ("Cookie", 'a=first-secret-1; bad"name=second-secret-2; c="third-secret-3"'),
+            ("Set-Cookie", "SESSION=fourth-secret-4; Path=/; HttpOnly"),
+            ("X-Auth-Token", "fifth-secret-5"),
+            ("X-Api-Key", "sixth-secret-6"),
+            ("Location", "https://app.example/cb#access_token=seventh-secret-7&state=x"),
+        ]
+    )
+    redactor.learn_pairs(
+        [
+            ("smsCode", "7788"),
+            ("sessionKey", "eighth-secret-8"),
+            ("SAMLResponse", "ninth-secret-9"),
+            ("jwt", "tenth-secret-10"),
+            ("currencyCode", "EUR"),
+            ("description", "RECIBO IBERDROLA"),
+        ]
+    )
+    text = (
+        "first-secret-1 second-secret-2 third-secret-3 fourth-secret-4 fifth-secret-5 "
+        "sixth-secret-6 seventh-secret-7 code: 7788 eighth-secret-8 ninth-secret-9 "
+        "tenth-secret-10 EUR RECIBO IBERDROLA"
+    )
+    redacted = redactor.apply(text)
+    assert not re.search(r"secret-\d|7788", redacted), redacted
+    assert redacted.endswith("EUR RECIBO IBERDROLA")

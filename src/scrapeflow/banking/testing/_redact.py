@@ -24,7 +24,6 @@ import json
 import re
 from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
-from http.cookies import CookieError, SimpleCookie
 from urllib.parse import parse_qsl, quote, quote_plus, urlsplit
 
 from schwifty import IBAN
@@ -35,6 +34,7 @@ __all__ = [
     "SECRET_FIELD",
     "VOLATILE_FIELDS",
     "Redactor",
+    "cookie_pairs",
     "json_fields",
     "normalized_name",
 ]
@@ -45,14 +45,20 @@ ones would hit amounts and dates); a password, PIN or code field's value is take
 _MIN_PASSWORD_LIKE = 4
 
 SECRET_FIELD = re.compile(
-    r".*(?:token|secret|password|passwd|passcode|sessionid|session|csrf|xsrf|apikey|signature"
-    r"|verifier|credential|cookie|authorization|sesion|clave|contrasena|firma)"
-    r"|(?:clave|contrasena|password).*"
-    r"|pass|pwd|pin|otp|code|sid|nonce|auth|challenge|codechallenge|jsessionid|phpsessid"
+    r".*(?:token|secret|password|passwd|passcode|session|csrf|xsrf|apikey|signature"
+    r"|verifier|credential|cookie|authorization|sesion|clave|contrasena|firma|jwt|ticket|saml"
+    r"|smscode|otpcode|authcode|mfacode|securitycode|verificationcode|onetimecode).*"
+    r"|pass|pwd|pin|otp|code|sid|nonce|auth|challenge|jsessionid|phpsessid"
+    r"|x?(?:auth|api|access|session)(?:key|id)"
 )
-"""Field names (lower case, ``-`` and ``_`` removed) whose values are secrets (Spanish banks'
-``clave``, ``contraseña`` and ``firma`` among them)."""
-_PASSWORD_LIKE = re.compile(r"pass|passwd|passcode|pwd|pin|otp|code|.*(?:password|clave)")
+"""Field and header names (lower case, ``-`` and ``_`` removed) whose values are secrets: any
+name holding one of the first words (``smsCode``, ``sessionKey``, ``SAMLResponse``,
+``X-Auth-Token``; Spanish banks' ``clave``, ``contraseña`` and ``firma`` among them), or one of
+the short ones whole."""
+_PASSWORD_LIKE = re.compile(
+    r"pass|passwd|passcode|pwd|pin|otp|code|.*(?:password|clave|otp)"
+    r"|.*(?:sms|otp|mfa|auth|security|verification|onetime)code"
+)
 
 VOLATILE_FIELDS = frozenset(
     {"state", "nonce", "codechallenge", "codeverifier", "timestamp", "ts", "_", "rnd", "cb"}
@@ -138,13 +144,18 @@ class Redactor:
             self.learn(name, value)
 
     def learn_query(self, url: str) -> None:
-        self.learn_pairs(parse_qsl(urlsplit(url).query, keep_blank_values=True))
+        """The fields of ``url``'s query, and of its fragment (``#access_token=…``, OAuth's
+        implicit flow)."""
+        parts = urlsplit(url)
+        self.learn_pairs(parse_qsl(parts.query, keep_blank_values=True))
+        if "=" in parts.fragment:
+            self.learn_pairs(parse_qsl(parts.fragment, keep_blank_values=True))
 
     def learn_headers(self, headers: Iterable[tuple[str, str]]) -> None:
         for name, value in headers:
             lower = name.lower()
             if lower in ("cookie", "set-cookie"):
-                for cookie, cookie_value in _cookies(value):
+                for cookie, cookie_value in cookie_pairs(value, set_cookie=lower == "set-cookie"):
                     self.learn(cookie, cookie_value, secret=True)
             elif lower in ("authorization", "proxy-authorization"):
                 _, _, credentials = value.partition(" ")
@@ -265,13 +276,16 @@ def _html_escaped(value: str) -> str:
     return html.escape(value, quote=True)
 
 
-def _cookies(header: str) -> list[tuple[str, str]]:
-    jar = SimpleCookie()
-    try:
-        jar.load(header)
-    except CookieError:
-        return []
-    return [(name, morsel.value) for name, morsel in jar.items()]
+def cookie_pairs(header: str, *, set_cookie: bool) -> list[tuple[str, str]]:
+    """The cookies of a ``Cookie`` header, or the one a ``Set-Cookie`` sets, split by hand: a
+    parser that gives up on one odd cookie would leave every other one in the recording."""
+    parts = header.split(";")[:1] if set_cookie else header.split(";")
+    found = []
+    for part in parts:
+        name, equals, value = part.strip().partition("=")
+        if equals and name.strip():
+            found.append((name.strip(), value.strip().strip('"')))
+    return found
 
 
 def json_fields(value: object, name: str = "") -> Iterator[tuple[str, object]]:

@@ -31,7 +31,12 @@ import yarl
 from multidict import CIMultiDict, CIMultiDictProxy
 
 from scrapeflow.banking.testing._recording import RecordedExchange, Recording
-from scrapeflow.banking.testing._redact import VOLATILE_FIELDS, json_fields, normalized_name
+from scrapeflow.banking.testing._redact import (
+    VOLATILE_FIELDS,
+    cookie_pairs,
+    json_fields,
+    normalized_name,
+)
 from scrapeflow.errors import NotRecorded
 from scrapeflow.http import Exchange, Hop, Response, request_body, requested_url
 from scrapeflow.http._stale import Sending
@@ -230,7 +235,10 @@ def _keep_cookies(
         jar = SimpleCookie()
         try:
             jar.load(value)
-        except CookieError:
+        except CookieError:  # an odd cookie: its name and value, without its attributes
+            http.cookie_jar.update_cookies(
+                dict(cookie_pairs(value, set_cookie=True)), yarl.URL(url)
+            )
             continue
         http.cookie_jar.update_cookies(jar, yarl.URL(url))
 
