@@ -105,6 +105,13 @@ def test_record_an_access_by_id_with_the_code_typed_then_replay_it(
         (("record", "formbank", "--login", "x", "-o", "s.txt"), "a recording is a .har file"),
         (("record", "formbank", "-o", "s.har"), "--login is needed"),
         (("record", "99", "-o", "s.har"), "no access 99"),
+        # A place the files cannot go is found before the scrape, not after it.
+        (("record", "formbank", "--login", "x", "-o", "TMP/taken.har"), "is a directory"),
+        (("record", "formbank", "--login", "x", "-o", "TMP/afile/s.har"), "cannot write in"),
+        (
+            ("record", "formbank", "--login", "x", "-o", "s.har", "--golden", "TMP/afile/g.json"),
+            "cannot write in",
+        ),
     ],
 )
 def test_bad_input_is_one_line_and_exit_2(
@@ -113,8 +120,10 @@ def test_bad_input_is_one_line_and_exit_2(
     cli = Cli(tmp_path, sandbox)
     if args[1] == "99":
         add_customer_with_accesses(cli, 1)
-    done = cli(*args, stdin="pw\n")
+    (tmp_path / "taken.har").mkdir()
+    (tmp_path / "afile").write_text("a file, not a folder")
+    done = cli(*(a.replace("TMP/", f"{tmp_path}/") for a in args), stdin="pw\n")
     assert done.returncode == 2, done.stdout + done.stderr
     assert says in done.stderr
     assert len(done.stderr.strip().splitlines()) == 1
-    assert not list(tmp_path.glob("*.har"))
+    assert [p.name for p in tmp_path.glob("*.har")] == ["taken.har"]

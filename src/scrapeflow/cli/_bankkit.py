@@ -121,10 +121,14 @@ def record(
     """Record one live scrape as HAR, redacted (passwords, codes, tokens, cookies, IBANs),
     replay it offline at once and write what it read as the golden file beside it."""
     from scrapeflow.banking import IncrementalPolicy
+    from scrapeflow.banking.testing import check_golden
 
     config = settings(ctx)
     if output.suffix.lower() != ".har":
         fail(f"--output {output}: a recording is a .har file")
+    golden_path = golden or output.with_suffix(".json")
+    _writable("--output", output)  # found before the scrape, not after it
+    _writable("--golden", golden_path)
     if target.isascii() and target.isdigit():
         bank, login, password = _stored_access(config, int(target))
     else:
@@ -142,10 +146,12 @@ def record(
         interactive=interactive,
         policy=IncrementalPolicy(config.initial_days, config.overlap_days),
     )
-    with input_errors():
+    again = _check_replay(scrape, recording)  # in memory: nothing is written for a refusal
+    try:
         recording.save(output)
-    golden_path = golden or output.with_suffix(".json")
-    _check_replay(output, golden_path, scrape, recording)
+        check_golden(again, golden_path, update=True)
+    except OSError as exc:
+        fail(f"cannot write the recording: {exc.strerror or exc} ({exc.filename or output})")
     _print_read(scrape)
     err.print(
         f"recorded {len(recording)} requests to {escape(str(output))}; replayed offline: "
@@ -277,22 +283,37 @@ def _printer(masks: Redactor) -> Callable[[Exchange], None]:
     return show
 
 
-def _check_replay(har: Path, golden: Path, live: OfflineScrape, recording: Recording) -> None:
-    """Replay the recording just written and keep what it read as the golden file; it must be
-    what the live scrape read, secrets as the recording spells them."""
+def _check_replay(live: OfflineScrape, recording: Recording) -> OfflineScrape:
+    """Replay the recording offline; what it reads must be what the live scrape read, secrets
+    as the recording spells them. What the replay read (for the golden file)."""
     from scrapeflow.banking.testing import golden_of, replay
     from scrapeflow.errors import NotRecorded
 
     try:
-        again = asyncio.run(replay(har, golden=golden, update_golden=True))
+        again = asyncio.run(replay(recording))
     except NotRecorded as exc:
         fail(f"the recording does not replay: {exc}", EXIT_FAILED)
     if recording.as_recorded(golden_of(live)) != golden_of(again):
         fail(
-            f"{golden}: the replay read otherwise than the live scrape (a value the scraper "
-            "parses was taken out by the redaction, or it reads differently each run)",
+            "the replay read otherwise than the live scrape (a value the scraper parses was "
+            "taken out by the redaction, or it reads differently each run): nothing written",
             EXIT_FAILED,
         )
+    return again
+
+
+def _writable(option: str, path: Path) -> None:
+    """Refuse, before any scrape, a file that could not be written: a directory, or one in a
+    folder that cannot be made or written."""
+    import os
+
+    if path.is_dir():
+        fail(f"{option} {path}: is a directory")
+    folder = path.absolute().parent
+    while not folder.exists():
+        folder = folder.parent
+    if not folder.is_dir() or not os.access(folder, os.W_OK | os.X_OK):
+        fail(f"{option} {path}: cannot write in {folder}")
 
 
 def _print_read(scrape: OfflineScrape) -> None:
