@@ -107,6 +107,11 @@ def request_body(kwargs: Mapping[str, Any]) -> bytes | None:
         return urlencode(list(data.items()), doseq=True).encode()
     if isinstance(data, list | tuple):
         return urlencode(list(data), doseq=True).encode()
+    if isinstance(data, aiohttp.FormData) and not data.is_multipart:
+        # A FormData encodes once (a second call raises): its fields are read instead, which
+        # aiohttp keeps as (options with the name, headers, value).
+        fields = [(str(options["name"]), value) for options, _, value in data._fields]
+        return urlencode(fields).encode()
     return repr(data).encode()  # a stream or a multipart form: named, not replayable
 
 
