@@ -12,6 +12,7 @@ import pytest
 
 from scrapeflow.banking.testing import (
     OfflineScrape,
+    RecordedExchange,
     Recorder,
     Recording,
     Redactor,
@@ -219,3 +220,24 @@ def test_secrets_in_odd_cookies_named_fields_headers_and_fragments_are_taken_out
     redacted = redactor.apply(text)
     assert not re.search(r"secret-\d|7788", redacted), redacted
     assert redacted.endswith("EUR RECIBO IBERDROLA")
+
+
+def test_a_page_in_an_undeclared_charset_is_redacted_too(tmp_path: Path) -> None:
+    """A Windows-1252 page that names no charset is not UTF-8: it was kept whole (base64)."""
+    page = "<p>Contraseña: hunter-2024 · IBAN ES9121000418450200051332 · 12€</p>".encode("cp1252")
+    exchange = RecordedExchange(
+        method="GET",
+        url="https://bank.example/perfil",
+        request_headers=(),
+        request_body=None,
+        status=200,
+        response_headers=(("Content-Type", "text/html"),),
+        response_body=page,
+        final_url="https://bank.example/perfil",
+    )
+    redactor = Redactor(known={"PASSWORD": "hunter-2024"})
+    recording = Recording(exchanges=[exchange]).redacted(redactor)
+    saved = Recording.load(recording.save(tmp_path / "s.har"))
+    body = saved.exchanges[0].response_body.decode("latin-1")
+    assert "hunter-2024" not in body and "REDACTED-PASSWORD" in body
+    assert "ES9121000418450200051332" not in body and "Contrase" in body

@@ -180,7 +180,7 @@ def _learn(redactor: Redactor, exchange: RecordedExchange) -> None:
         (exchange.request_body, request_type),
         (exchange.response_body, exchange.header("Content-Type")),
     ):
-        text = _as_text(body or b"", content_type)[0]
+        text = _redactable(body or b"", content_type)[0]
         if text is not None:
             redactor.learn_body(text, content_type)
             redactor.learn_ibans(text)
@@ -221,10 +221,29 @@ def _redact_headers(
 
 
 def _redact_body(redactor: Redactor, body: bytes, content_type: str) -> bytes:
-    text, charset = _as_text(body, content_type)
+    text, charset = _redactable(body, content_type)
     if text is None or charset is None:
-        return body  # not text: kept as it is (see the module's documentation)
-    return redactor.apply(text).encode(charset)
+        return body  # not text (an image, a spreadsheet): kept as it is
+    return redactor.apply(text).encode(charset, errors="replace")
+
+
+def _redactable(body: bytes, content_type: str) -> tuple[str | None, str | None]:
+    """``body`` as text to redact, and its charset: as :func:`_as_text` reads it, or, for text
+    in neither its declared charset nor UTF-8 (a Windows-1252 page that says nothing), byte
+    for byte as Latin-1, so that every secret spelled in ASCII or Latin-1 is found."""
+    text, charset = _as_text(body, content_type)
+    if text is None and _textual(content_type):
+        return body.decode("latin-1"), "latin-1"
+    return text, charset
+
+
+def _textual(content_type: str) -> bool:
+    kind = content_type.split(";")[0].strip().lower()
+    return (
+        not kind
+        or kind.startswith("text/")
+        or any(word in kind for word in ("json", "xml", "javascript", "x-www-form-urlencoded"))
+    )
 
 
 # -- HAR entries ------------------------------------------------------------------------------
