@@ -9,6 +9,7 @@ from pathlib import Path
 from urllib.parse import parse_qsl
 
 import pytest
+from schwifty import IBAN
 
 from scrapeflow.banking.testing import (
     OfflineScrape,
@@ -241,3 +242,24 @@ def test_a_page_in_an_undeclared_charset_is_redacted_too(tmp_path: Path) -> None
     body = saved.exchanges[0].response_body.decode("latin-1")
     assert "hunter-2024" not in body and "REDACTED-PASSWORD" in body
     assert "ES9121000418450200051332" not in body and "Contrase" in body
+
+
+def test_an_iban_is_replaced_however_the_page_writes_it() -> None:
+    """Non-breaking spaces, &nbsp;, hyphens, a currency right after it, the Spanish CCC: each
+    spelling replaced by the same valid fake, spelled the same way."""
+    nbsp = "\u00a0"
+    text = (
+        f"ES91{nbsp}2100{nbsp}0418{nbsp}4502{nbsp}0005{nbsp}1332 | "
+        "ES91&nbsp;2100&nbsp;0418&nbsp;4502&nbsp;0005&nbsp;1332 | "
+        "ES91-2100-0418-4502-0005-1332 | ES9121000418450200051332 EUR | "
+        "ES9121000418450200051332EUR | 2100 0418 45 0200051332 | 2100-0418-45-0200051332"
+    )
+    redactor = Redactor()
+    redactor.learn_ibans(text)
+    redacted = redactor.apply(text)
+    assert not re.search(r"2100.?0418|0200051332|4502", redacted), redacted
+    fakes = {re.sub(r"[^A-Z0-9]|nbsp", "", part)[:24] for part in redacted.split(" | ")[:5]}
+    assert len(fakes) == 1
+    [fake] = fakes
+    assert IBAN(fake).country_code == "ES"  # valid: a scraper that checks it still accepts it
+    assert redacted.split(" | ")[3].endswith(" EUR")

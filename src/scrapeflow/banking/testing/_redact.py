@@ -66,7 +66,9 @@ VOLATILE_FIELDS = frozenset(
 """Fields whose values a scraper makes anew each run (PKCE, OAuth ``state``, cache busters):
 ignored when a request is matched against a recording."""
 
-_IBAN = re.compile(r"\b[A-Z]{2}\d{2}(?: ?[A-Z0-9]){11,30}\b")
+_IBAN = re.compile(r"\b[A-Z]{2}\d{2}(?:(?:[ \u00a0-]|&nbsp;)?[A-Z0-9]){11,30}")
+_IBAN_SEPARATORS = re.compile(r"[ \u00a0-]|&nbsp;")
+_SHORTEST_IBAN = 15
 _INPUT = re.compile(r"<input\b[^>]*>", re.IGNORECASE)
 _ATTRIBUTE = re.compile(r"""\b(name|value)\s*=\s*(?:"([^"]*)"|'([^']*)'|([^\s>]+))""", re.I)
 
@@ -191,12 +193,8 @@ class Redactor:
         if not self.ibans:
             return
         for found in _IBAN.finditer(text):
-            spelled = found.group(0)
-            try:
-                iban = IBAN(spelled)
-            except SchwiftyException:
-                continue
-            if iban.compact in self._by_value:
+            iban = _iban_at_start(_IBAN_SEPARATORS.sub("", found.group(0)))
+            if iban is None or iban.compact in self._by_value:
                 continue
             fake = _fake_iban(iban)
             for original, replacement in _iban_spellings(iban, fake):
@@ -317,8 +315,31 @@ def _fake_iban(iban: IBAN) -> str:
     return f"{country}{check:02d}{bban}"
 
 
+def _iban_at_start(compact: str) -> IBAN | None:
+    """The valid IBAN ``compact`` starts with (what follows it may be more letters: "… EUR",
+    a reference), or None."""
+    for length in range(min(len(compact), 34), _SHORTEST_IBAN - 1, -1):
+        try:
+            return IBAN(compact[:length])
+        except SchwiftyException:
+            continue
+    return None
+
+
 def _iban_spellings(iban: IBAN, fake: str) -> Iterator[tuple[str, str]]:
+    """Each way a page may write ``iban``, with ``fake`` written the same way: compact, in
+    groups of four (spaces, non-breaking spaces, ``&nbsp;``, hyphens), its BBAN, and a Spanish
+    one's CCC (4-4-2-10)."""
     fake_iban = IBAN(fake)
     yield iban.compact, fake_iban.compact
-    yield iban.formatted, fake_iban.formatted
-    yield str(iban.bban), str(fake_iban.bban)
+    for separator in (" ", "\u00a0", "&nbsp;", "-"):
+        yield iban.formatted.replace(" ", separator), fake_iban.formatted.replace(" ", separator)
+    bban, fake_bban = str(iban.bban), str(fake_iban.bban)
+    yield bban, fake_bban
+    if iban.country_code == "ES" and len(bban) == 20:
+        for separator in (" ", "-"):
+            yield _ccc(bban, separator), _ccc(fake_bban, separator)
+
+
+def _ccc(bban: str, separator: str) -> str:
+    return separator.join((bban[:4], bban[4:8], bban[8:10], bban[10:]))
