@@ -127,3 +127,26 @@ def test_bad_input_is_one_line_and_exit_2(
     assert says in done.stderr
     assert len(done.stderr.strip().splitlines()) == 1
     assert [p.name for p in tmp_path.glob("*.har")] == ["taken.har"]
+
+
+def test_hashed_keys_made_from_a_redacted_description_do_not_refuse_a_recording() -> None:
+    """Live, a transfer's description holds the real IBAN; in the recording (and so in the
+    replay) its fake: the hashed keys differ, every other field agrees."""
+    from datetime import date
+    from decimal import Decimal
+
+    from scrapeflow.banking import movement_key
+    from scrapeflow.cli._bankkit import comparable
+
+    def golden(description: str, amount: str = "-5.00") -> dict:
+        key = movement_key(
+            operation_date=date(2026, 3, 1), amount=Decimal(amount), description=description
+        )
+        other = movement_key(reference="R1")
+        moves = [{"key": other, "amount": "1.00"}, {"key": key, "description": description}]
+        return {"movements": {"a1": moves}}
+
+    live = golden("TRANSFERENCIA ES00 FAKE")  # as the recording spells the IBAN
+    replayed = golden("TRANSFERENCIA ES00 FAKE", amount="-5.01")  # the same text, another key
+    assert live != replayed and comparable(live) == comparable(replayed)
+    assert comparable(live) != comparable(golden("TRANSFERENCIA ES11 OTHER"))
