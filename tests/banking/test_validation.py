@@ -47,7 +47,7 @@ def test_a_currency_must_be_an_iso_4217_code(currency: str):
 
 def test_every_result_code_has_its_own_message():
     messages = {code: code.message for code in ResultCode}
-    assert len(set(messages.values())) == len(ResultCode) == 10
+    assert len(set(messages.values())) == len(ResultCode) == 12
     assert all(m.endswith(".") and len(m) > 20 for m in messages.values())
     assert ResultCode("two_factor_required").message.startswith("The bank asks for a one-time code")
     assert ResultCode.SUCCESS.ok and not ResultCode.TIMEOUT.ok
