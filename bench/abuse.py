@@ -69,7 +69,6 @@ from _loopback import cpu_seconds_of, machine_info
 
 RESULTS = Path(__file__).resolve().parent / "results" / "abuse.json"
 ATTACKS = ("stream-flood", "slow-loris", "job-listing", "failed-keys")
-PHASES = ("quiet", *ATTACKS, "quiet-after")
 SETTLE = 4.0  # seconds between two phases
 GOAL_RATIO = 2.0
 
@@ -140,31 +139,49 @@ async def _attack(spec: dict[str, Any]) -> dict[str, Any]:
 
 
 async def _stream_flood(spec: dict[str, Any], counts: Counter[str]) -> None:
-    import aiohttp
+    # Raw sockets and a request written once, as the other attacks: an attacker's own CPU is
+    # not on the service's cores in life, and on this machine it would be (aiohttp's client
+    # spent about a second of CPU on the first 1,500 requests alone).
+    host, port = spec["host"], spec["port"]
+    request = (
+        f"GET /v1/customers/{spec['flood_customer']}/events HTTP/1.1\r\nHost: service\r\n"
+        f"Authorization: Bearer {spec['flood_key']}\r\nAccept: text/event-stream\r\n\r\n"
+    ).encode()
 
-    auth = {"Authorization": f"Bearer {spec['flood_key']}"}
-    url = f"{spec['url']}/v1/customers/{spec['flood_customer']}/events"
-    connector = aiohttp.TCPConnector(limit=0)
-
-    async def one(http: aiohttp.ClientSession) -> None:
+    async def one() -> None:
         while True:
             try:
-                async with http.get(url, headers=auth) as answer:
-                    counts[str(answer.status)] += 1
-                    if answer.status == 200:
-                        async for _ in answer.content.iter_any():
-                            pass
-                    else:
-                        await answer.read()
-                        wait = float(answer.headers.get("Retry-After", "1"))
-                        await asyncio.sleep(min(wait, 1.0))
-            except (aiohttp.ClientError, TimeoutError):
+                reader, writer = await asyncio.open_connection(host, port)
+            except OSError:
                 counts["transport error"] += 1
                 await asyncio.sleep(0.5)
+                continue
+            try:
+                while True:  # keep-alive: ask again on the same connection after a 429
+                    writer.write(request)
+                    head = await reader.readuntil(b"\r\n\r\n")
+                    status = head.split(b" ", 2)[1].decode()
+                    counts[status] += 1
+                    if status == "200":
+                        while await reader.read(65_536):  # the stream, until it ends
+                            pass
+                        break
+                    fields = {
+                        name.lower(): value
+                        for name, _, value in (
+                            line.partition(b": ") for line in head.split(b"\r\n")[1:]
+                        )
+                    }
+                    await reader.readexactly(int(fields.get(b"content-length", b"0")))
+                    wait = float(fields.get(b"retry-after", b"1"))
+                    await asyncio.sleep(min(wait, 1.0))
+            except (OSError, asyncio.IncompleteReadError, IndexError, ValueError):
+                counts["transport error"] += 1
+                await asyncio.sleep(0.5)
+            finally:
+                writer.close()
 
-    timeout = aiohttp.ClientTimeout(total=None, sock_connect=10)
-    async with aiohttp.ClientSession(connector=connector, timeout=timeout) as http:
-        await asyncio.gather(*(one(http) for _ in range(spec["streams"])))
+    await asyncio.gather(*(one() for _ in range(spec["streams"])))
 
 
 async def _slow_loris(spec: dict[str, Any], counts: Counter[str]) -> None:
@@ -370,7 +387,8 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
                 page = manifest["sites"]["plain"] + "/page"
                 job_bytes = asyncio.run(make_big_jobs(url, keys["jobs"], args.big_jobs, page))
                 t0 = time.time() + 3
-                schedule = [(name, t0 + i * (args.phase + SETTLE)) for i, name in enumerate(PHASES)]
+                phases = ("quiet", *args.attacks, "quiet-after")
+                schedule = [(name, t0 + i * (args.phase + SETTLE)) for i, name in enumerate(phases)]
                 end = schedule[-1][1] + args.phase
                 honest = svc.spawn(
                     [sys.executable, __file__, "--honest-child"],
@@ -465,6 +483,11 @@ def summarize(args: argparse.Namespace, raw: dict[str, Any]) -> dict[str, Any]:
             "read_p50_ms": _ms(svc.percentile(reads, 0.50)),
             "read_p95_ms": _ms(svc.percentile(reads, 0.95)),
             "read_p99_ms": _ms(svc.percentile(reads, 0.99)),
+            # where in the phase the slow reads were: the worst read of each 2 s window
+            "worst_read_ms_by_2s": [
+                _ms(max((s[1] for s in inside if start + w <= s[0] < start + w + 2), default=0))
+                for w in range(0, int(args.phase), 2)
+            ],
             "attacker": raw["attacks"].get(name, {}),
             **raw["service"].get(name, {}),
         }
@@ -527,6 +550,11 @@ def main(argv: Sequence[str] | None = None) -> None:
     parser.add_argument("--big-jobs", type=int, help="default 200; quick 50")
     parser.add_argument("--failed-keys", type=int, help="default 10,000; quick 2,500")
     parser.add_argument("--quick", action="store_true")
+    parser.add_argument(
+        "--attacks",
+        default=",".join(ATTACKS),
+        help=f"the attacks to run, between the two quiet phases (default: {','.join(ATTACKS)})",
+    )
     parser.add_argument("--honest-child", action="store_true", help=argparse.SUPPRESS)
     parser.add_argument("--attack-child", action="store_true", help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
@@ -537,6 +565,10 @@ def main(argv: Sequence[str] | None = None) -> None:
         attack_child()
         return
     args.phase = args.phase or (5.0 if args.quick else 20.0)
+    args.attacks = [name.strip() for name in args.attacks.split(",") if name.strip()]
+    unknown = sorted(set(args.attacks) - set(ATTACKS))
+    if unknown:
+        parser.error(f"--attacks: unknown {', '.join(unknown)} (known: {', '.join(ATTACKS)})")
     args.big_jobs = args.big_jobs or (50 if args.quick else 200)
     args.failed_keys = args.failed_keys or (2_500 if args.quick else 10_000)
     signal.signal(signal.SIGTERM, lambda *_: (_ for _ in ()).throw(KeyboardInterrupt()))
@@ -545,6 +577,11 @@ def main(argv: Sequence[str] | None = None) -> None:
     print_table(out)
     if raw["stderr_tail"].strip():
         print(f"  service stderr (tail):\n{raw['stderr_tail']}")
+    for name, phase in out["phases"].items():
+        print(f"  {name:<13} worst read of each 2 s, ms: {phase['worst_read_ms_by_2s']}")
+    if list(args.attacks) != list(ATTACKS):
+        print("\nnot recorded: not every attack ran")
+        return
     RESULTS.parent.mkdir(parents=True, exist_ok=True)
     RESULTS.write_text(json.dumps(out, indent=2) + "\n")
     print(f"\nresults in {out['results_file']}")

@@ -12,6 +12,7 @@ so streamed answers stream as before.
 
 from __future__ import annotations
 
+import logging
 import time
 
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
@@ -19,9 +20,11 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 from scrapeflow._util.logs import get_logger
 from scrapeflow.server._metrics import UNMATCHED, ServiceMetrics, method_label
 
-__all__ = ["AccessLog"]
+__all__ = ["AccessLog", "log_request"]
 
 _log = get_logger("scrapeflow.server.access")
+_level = logging.getLogger("scrapeflow.server.access")
+"""The same logger's level, asked first (stdlib caches the answer)."""
 
 
 class AccessLog:
@@ -53,18 +56,32 @@ class AccessLog:
             await self.app(scope, receive, watched_send)
         finally:
             seconds = time.perf_counter() - started
-            route = _template(scope)
-            self.metrics.observe(scope["method"], route, status, seconds, streamed=streamed)
-            client = scope.get("client")
-            _log.info(
-                "request",
-                method=method_label(scope["method"]),
-                route=route,
-                status=status,
-                duration_ms=round(seconds * 1000, 1),
-                client=client[0] if client else None,
-                key_id=scope.get("state", {}).get("api_key_id"),
-            )
+            log_request(self.metrics, scope, _template(scope), status, seconds, streamed=streamed)
+
+
+def log_request(
+    metrics: ServiceMetrics,
+    scope: Scope,
+    route: str,
+    status: int,
+    seconds: float,
+    *,
+    streamed: bool = False,
+) -> None:
+    """Count one answered request in ``metrics`` and write its access-log line."""
+    metrics.observe(scope["method"], route, status, seconds, streamed=streamed)
+    if not _level.isEnabledFor(logging.INFO):
+        return  # the line would be dropped: not even built
+    client = scope.get("client")
+    _log.info(
+        "request",
+        method=method_label(scope["method"]),
+        route=route,
+        status=status,
+        duration_ms=round(seconds * 1000, 1),
+        client=client[0] if client else None,
+        key_id=scope.get("state", {}).get("api_key_id"),
+    )
 
 
 def _template(scope: Scope) -> str:

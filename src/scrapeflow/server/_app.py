@@ -9,6 +9,7 @@ from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager, nullcontext
 
 from fastapi import FastAPI
+from starlette.types import ASGIApp
 
 from scrapeflow.config import Settings
 from scrapeflow.http import EgressPolicy
@@ -19,9 +20,18 @@ from scrapeflow.server._metrics import ServiceMetrics
 from scrapeflow.server._openapi import install_openapi
 from scrapeflow.server._problems import install_problem_handlers
 from scrapeflow.server._state import ServiceState
+from scrapeflow.server._streamgate import StreamGate
 from scrapeflow.server._streams import StreamDisconnects
 
 __all__ = ["create_app"]
+
+
+class _ServiceApp(FastAPI):
+    """FastAPI with :class:`StreamGate` in front of its whole stack (``add_middleware`` puts a
+    middleware inside Starlette's error middleware, and that one inside FastAPI's own)."""
+
+    def build_middleware_stack(self) -> ASGIApp:
+        return StreamGate(super().build_middleware_stack(), owner=self)
 
 
 def create_app(settings: Settings) -> FastAPI:
@@ -94,7 +104,7 @@ def create_app(settings: Settings) -> FastAPI:
         finally:
             await engine.dispose()
 
-    app = FastAPI(
+    app = _ServiceApp(
         title="scrapeflow",
         version="1",
         summary="Bank aggregation and scraping jobs: refresh, watch, read.",
@@ -102,6 +112,9 @@ def create_app(settings: Settings) -> FastAPI:
         # Off unless api_docs: FastAPI's own pages load Swagger UI from a CDN, with no CSP.
         docs_url=None,
         redoc_url=None,
+        # No OpenTelemetry here: FastAPI otherwise asks the global providers on every request
+        # whether one was configured (about 5% of a refused event stream's CPU).
+        telemetry={"tracing": False, "metrics": False, "logs": False},
     )
     install_problem_handlers(app)
     app.add_middleware(StreamDisconnects)  # innermost: the others see a stream that ended

@@ -6,9 +6,9 @@ without a key would learn, from a 422, how its body was judged, and make the ser
 (POST, PUT, PATCH, DELETE) before the route is reached, answers 401 or 429 at once,
 and leaves the key in the request's state, where the routes' dependency
 (:func:`scrapeflow.server._deps.caller_with`) takes it instead of looking again. Event streams
-are authenticated there too, and refused before routing past their key's cap (a key that
-keeps asking has its refusals held for their ``Retry-After``); other requests without a body
-are authenticated by that dependency alone.
+are authenticated in front of the whole app, and refused there past their key's cap
+(:mod:`scrapeflow.server._streamgate`); other requests without a body are authenticated by
+that dependency alone.
 
 Failed attempts are counted per client address (:class:`scrapeflow.server._state.AuthFailures`);
 past the bound, further *failed* attempts get 429, while a valid key from the same address is
@@ -28,10 +28,10 @@ from starlette.types import ASGIApp, Receive, Scope, Send
 
 from scrapeflow.db import connection_lost
 from scrapeflow.server._keys import ApiKey
-from scrapeflow.server._problems import PROBLEM_JSON, Problem
+from scrapeflow.server._problems import PROBLEM_JSON, Problem, database_away
 from scrapeflow.server._state import ServiceState
 
-__all__ = ["FAILED_HOLD", "Authenticate", "authenticate"]
+__all__ = ["FAILED_HOLD", "Authenticate", "answer_problem", "authenticate"]
 
 FAILED_HOLD = 1.0
 """Seconds a failed attempt's answer is held while failures come fast from everywhere."""
@@ -90,20 +90,20 @@ def remember(scope: Scope, key: ApiKey) -> None:
 
 
 class Authenticate:
-    """ASGI middleware: authenticate ``/v1`` requests that may carry a body before reading it,
-    and event streams before routing them (a stream over the key's cap: 429 at once)."""
+    """ASGI middleware: authenticate ``/v1`` requests that may carry a body before reading it
+    (event streams are authenticated in front of the app, by
+    :class:`scrapeflow.server._streamgate.StreamGate`)."""
 
     def __init__(self, app: ASGIApp) -> None:
         self.app = app
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if scope["type"] != "http" or not scope["path"].startswith("/v1/"):
-            await self.app(scope, receive, send)
-            return
-        # An event stream a key may not open is refused here too, before the framework's
-        # routing and dependencies: a flood of them by one key costs the service little.
-        stream = scope["method"] == "GET" and scope["path"].endswith("/events")
-        if not stream and (scope["method"] not in _WITH_BODY or not _has_route(scope)):
+        if (
+            scope["type"] != "http"
+            or scope["method"] not in _WITH_BODY
+            or not scope["path"].startswith("/v1/")
+            or not _has_route(scope)
+        ):
             await self.app(scope, receive, send)
             return
         service: ServiceState = scope["app"].state.service
@@ -115,26 +115,13 @@ class Authenticate:
         try:
             key = await authenticate(service, authorization, client_address(scope))
         except Problem as problem:
-            await _answer(send, problem)
+            await answer_problem(send, problem)
             return
         except Exception as exc:
             # Outside the app's error handlers: the database away is told as they tell it.
             if not connection_lost(exc):
                 raise
-            await _answer(
-                send,
-                Problem(
-                    503,
-                    "database-unavailable",
-                    "the database cannot be reached right now; try again shortly",
-                    headers={"Retry-After": "5"},
-                ),
-            )
-            return
-        refused = service.streams.refusal(key.id) if stream else None
-        if refused is not None:
-            await service.streams.refused(key.id)  # held when the key keeps asking
-            await _answer(send, refused)
+            await answer_problem(send, database_away())
             return
         remember(scope, key)
         await self.app(scope, receive, send)
@@ -146,7 +133,8 @@ def _has_route(scope: Scope) -> bool:
     return any(route.matches(scope)[0] is Match.FULL for route in scope["app"].router.routes)
 
 
-async def _answer(send: Send, problem: Problem) -> None:
+async def answer_problem(send: Send, problem: Problem) -> None:
+    """Send ``problem`` as problem+json, straight to the ASGI server."""
     body = json.dumps(
         {
             "type": problem.type,

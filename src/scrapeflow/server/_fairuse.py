@@ -7,7 +7,10 @@ others (docs/security.md, "limits").
   ``Retry-After``. The count is this process's: with several ``serve`` processes each holds
   its own (a key may hold N times its bound over N processes). A key that keeps asking past
   its bound (more refusals within :data:`_ASKING_WINDOW` seconds than its bound) has its
-  further refusals held for their ``Retry-After`` before they are sent (:class:`Tarpit`).
+  further refusals held one to two ``Retry-After`` before they are sent (:class:`Tarpit`),
+  twice as long for each further window it keeps it up, up to :data:`_LONGEST_HOLD` (one to
+  two times): a flood asks again less and less often, a client that calms down is answered
+  at once again after one quiet window.
 * :class:`Tarpit`: answers held back, costing a timer each instead of the CPU of a client
   asking again at once. A flood's connections wait for their answers; an asyncio server
   otherwise answers every one of them, hundreds a second, on the core honest clients share,
@@ -35,6 +38,8 @@ _STREAM_RETRY = 5
 """Seconds a client refused a stream is told to wait (streams end when clients leave)."""
 _ASKING_WINDOW = 10.0
 """Seconds over which a key's refused streams are counted, to tell a flood from a mistake."""
+_LONGEST_HOLD = 15.0
+"""The most a flooding key's refusal is held, before the spread (one to two times this)."""
 _MAX_HELD = 10_000
 """Answers held at once, in all; past it they go out at once."""
 _JOBS_RETRY = 10
@@ -87,7 +92,8 @@ class StreamSlots:
         self.total = 0
         self.tarpit = tarpit or Tarpit()
         self._by_key: dict[str, int] = {}
-        self._refused: dict[str, tuple[float, int]] = {}  # key id: (window start, refusals)
+        # key id: (window start, refusals in it, windows in a row past the bound before it)
+        self._refused: dict[str, tuple[float, int, int]] = {}
 
     def open(self, key_id: str) -> int:
         """The streams ``key_id`` holds open in this process."""
@@ -112,21 +118,35 @@ class StreamSlots:
             )
         return None
 
-    async def refused(self, key_id: str) -> None:
-        """Before a refusal of ``key_id``'s stream is sent: held for its ``Retry-After`` when
-        the key keeps asking (more than its bound of refusals in :data:`_ASKING_WINDOW`
-        seconds), else at once."""
+    def hold_for(self, key_id: str) -> float:
+        """Count a refusal of ``key_id``'s stream; the seconds to hold it before it is sent:
+        0 unless the key keeps asking (more than its bound of refusals in
+        :data:`_ASKING_WINDOW` seconds).
+
+        >>> slots = StreamSlots(per_key=1, total=10)
+        >>> slots.hold_for("k"), 5 <= slots.hold_for("k") <= 10
+        (0.0, True)
+        """
         now = time.monotonic()
-        start, count = self._refused.get(key_id, (now, 0))
+        start, count, flooding = self._refused.get(key_id, (now, 0, 0))
         if now - start > _ASKING_WINDOW:
+            # a window past the bound makes the next holds longer; one within it, short again
+            flooding = min(flooding + 1, 8) if count > self.per_key else 0
             start, count = now, 0
         if len(self._refused) >= _MAX_HELD and key_id not in self._refused:
             self._refused.clear()  # a bound on the bookkeeping: every window starts again
-        self._refused[key_id] = (start, count + 1)
-        if count >= self.per_key:
-            # Spread over one to two Retry-Afters: held for one exactly, a flood's connections
-            # were all answered in the same instant and all asked again in the next one.
-            await self.tarpit.hold(_STREAM_RETRY * (1 + random.random()))
+        self._refused[key_id] = (start, count + 1, flooding)
+        if count < self.per_key:
+            return 0.0
+        # Spread over one to two times the hold: held for one exactly, a flood's connections
+        # were all answered in the same instant and all asked again in the next one.
+        return min(_STREAM_RETRY * (1 << flooding), _LONGEST_HOLD) * (1 + random.random())
+
+    async def refused(self, key_id: str) -> None:
+        """Before a refusal of ``key_id``'s stream is sent: held as :meth:`hold_for` says."""
+        seconds = self.hold_for(key_id)
+        if seconds:
+            await self.tarpit.hold(seconds)
 
     @contextlib.contextmanager
     def taken(self, key_id: str) -> Iterator[None]:

@@ -22,7 +22,13 @@ from scrapeflow.errors import (
     UnknownJobKind,
 )
 
-__all__ = ["MALFORMED_BODY", "NOT_UTF8", "Problem", "install_problem_handlers"]
+__all__ = [
+    "MALFORMED_BODY",
+    "NOT_UTF8",
+    "Problem",
+    "database_away",
+    "install_problem_handlers",
+]
 
 PROBLEM_JSON = "application/problem+json"
 
@@ -38,6 +44,17 @@ class Problem(Exception):
         self.type = type
         self.detail = detail
         self.headers = headers or {}
+
+
+def database_away() -> Problem:
+    """503 ``database-unavailable``: the database restarting or out of reach, so the client
+    may try again shortly."""
+    return Problem(
+        503,
+        "database-unavailable",
+        "the database cannot be reached right now; try again shortly",
+        headers={"Retry-After": "5"},
+    )
 
 
 def problem_response(
@@ -110,12 +127,8 @@ def install_problem_handlers(app: FastAPI) -> None:
         # other database error is a bug, and stays a 500.
         if not connection_lost(exc):
             raise exc
-        return problem_response(
-            503,
-            "database-unavailable",
-            "the database cannot be reached right now; try again shortly",
-            {"Retry-After": "5"},
-        )
+        away = database_away()
+        return problem_response(away.status, away.type, away.detail, away.headers)
 
     app.add_exception_handler(DBAPIError, _database_away)
     app.add_exception_handler(ConnectionError, _database_away)

@@ -1,0 +1,102 @@
+"""The door of the event streams: a stream its key may not open is refused here, in front of
+the framework and every middleware.
+
+A flood of streams by one key is answered by the process honest clients share. Each request
+of it would otherwise go through FastAPI, Starlette's error middleware, the access log and the
+authentication layer, every layer a coroutine and a wrapped ``send``, to be refused at the
+end; here a refusal is the key's verification (a SHA-256 and a dict lookup), the cap's check,
+the hold of a key that keeps asking (:meth:`StreamSlots.refused`), and the answer, logged and
+counted as the access log does. A stream that may open is let through with its key
+remembered (the routes' dependency takes it instead of looking again), and anything unusual
+(a failure of the key's look-up other than the database being away) goes on to the app, whose
+own layers answer it as they answer any request.
+"""
+
+from __future__ import annotations
+
+import re
+import time
+from typing import TYPE_CHECKING
+
+from starlette.types import ASGIApp, Receive, Scope, Send
+
+from scrapeflow.db import connection_lost
+from scrapeflow.server._accesslog import log_request
+from scrapeflow.server._auth import answer_problem, authenticate, client_address, remember
+from scrapeflow.server._problems import Problem, database_away
+
+if TYPE_CHECKING:
+    from starlette.applications import Starlette
+
+__all__ = ["StreamGate"]
+
+_STREAMS = (
+    (re.compile(r"/v1/customers/[^/]+/events"), "/v1/customers/{customer}/events"),
+    (re.compile(r"/v1/jobs/[^/]+/events"), "/v1/jobs/{job_id}/events"),
+)
+"""The event streams' paths, and their route templates (as the access log names them)."""
+
+
+class StreamGate:
+    """ASGI middleware, outermost: event streams refused before the app when their key holds
+    its cap (or the service its own), or has no valid key."""
+
+    def __init__(self, app: ASGIApp, *, owner: Starlette) -> None:
+        self.app = app
+        self.owner = owner
+        """The application: its state holds the service (set once its lifespan started)."""
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        route = _stream_route(scope)
+        if route is None:
+            await self.app(scope, receive, send)
+            return
+        started = time.perf_counter()
+        service = self.owner.state.service
+        authorization = ""
+        for name, value in scope["headers"]:
+            if name == b"authorization":
+                authorization = value.decode("latin-1")
+                break
+        try:
+            key = await authenticate(service, authorization, client_address(scope))
+        except Problem as problem:
+            await self._refuse(scope, send, problem, route, started)
+            return
+        except Exception as exc:
+            if not connection_lost(exc):
+                await self.app(scope, receive, send)  # answered by the app's own layers
+                return
+            await self._refuse(scope, send, database_away(), route, started)
+            return
+        remember(scope, key)
+        refusal = service.streams.refusal(key.id)
+        if refusal is None:
+            await self.app(scope, receive, send)
+            return
+        await service.streams.refused(key.id)  # held when the key keeps asking
+        await self._refuse(scope, send, refusal, route, started)
+
+    async def _refuse(
+        self, scope: Scope, send: Send, problem: Problem, route: str, started: float
+    ) -> None:
+        status = problem.status
+        try:
+            await answer_problem(send, problem)
+        finally:
+            log_request(
+                self.owner.state.metrics, scope, route, status, time.perf_counter() - started
+            )
+
+
+def _stream_route(scope: Scope) -> str | None:
+    """The template of the event stream ``scope`` asks for, or None for any other request."""
+    if scope["type"] != "http" or scope["method"] != "GET":
+        return None
+    path: str = scope["path"]
+    if not path.endswith("/events"):
+        return None
+    for pattern, template in _STREAMS:
+        if pattern.fullmatch(path):
+            return template
+    return None
