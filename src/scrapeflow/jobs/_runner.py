@@ -34,7 +34,7 @@ import os
 import secrets
 import socket
 from collections.abc import Awaitable, Callable, Collection, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import UTC, datetime, timedelta
 from types import TracebackType
 from typing import Any, Protocol
@@ -338,12 +338,14 @@ class EmbeddedJobQueue(StoredJobs):
 
     async def _queue(self, job: Job) -> Job:
         stored = await self.store.add(job)
+        if self._claimable is not None:
+            self._claimable.add(stored.id)
+        # Woken before the event is stored: a chain's next page is claimed meanwhile. Its
+        # ``job.queued`` still comes first (appended before this task lets the loop run).
+        self._wake.set()
         if stored is job:  # stored now, not found (a dedupe key's holder, a follow-up)
             self._created.add(job.id)
             await self._tell_job(job)  # as written: no read of it back
-        if self._claimable is not None:
-            self._claimable.add(stored.id)
-        self._wake.set()
         return stored
 
     def _live_counts(self, job_id: str) -> dict[str, int] | None:
@@ -494,7 +496,7 @@ class EmbeddedJobQueue(StoredJobs):
         job = context.job
         state, result, error = JobState.FAILED, None, None
         release = False
-        await self._tell(job.id)
+        await self._tell_job(job)  # as the claim wrote it: no read of it back
         try:
             handler = self.kinds.get(job.kind)
             if handler is None:
@@ -534,15 +536,23 @@ class EmbeddedJobQueue(StoredJobs):
             if release:
                 await self.store.release(job.id, self.owner)
             else:
-                await self.store.finish(
-                    job.id,
-                    self.owner,
-                    state,
-                    self._clock(),
-                    result=result,
-                    error=error,
-                    progress=dict(context.counts),
+                now, progress = self._clock(), dict(context.counts)
+                ended = await self.store.finish(
+                    job.id, self.owner, state, now, result=result, error=error, progress=progress
                 )
-                await self._tell(job.id)
+                if ended:  # as this write left it: no read of it back
+                    await self._tell_job(
+                        replace(
+                            job,
+                            state=state,
+                            finished_at=now,
+                            result=result,
+                            error=error,
+                            progress=progress,
+                            owner=None,
+                        )
+                    )
+                else:  # no longer this process's (found stalled, run elsewhere): as it stands
+                    await self._tell(job.id)
         except Exception as exc:  # its heartbeat stops: it is found stalled and run again
             _log.error("could not store a job's end", job=job.id, error=redact(repr(exc)))

@@ -30,7 +30,7 @@ from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
 from typing import Annotated, Any
 
-from fastapi import APIRouter, Depends, Header, Query, Request
+from fastapi import APIRouter, Depends, Header, Query, Request, Response
 from fastapi.responses import JSONResponse
 
 from scrapeflow.banking import BANK_OTP, BANK_REFRESH
@@ -48,7 +48,6 @@ from scrapeflow.server._schemas import (
     JobList,
     JobOut,
     JobResults,
-    JobSummaryOut,
     RunJobIn,
     RunTaskOut,
 )
@@ -109,7 +108,7 @@ async def list_jobs(
     job_state: Annotated[JobState | None, Query(alias="state")] = None,
     limit: Annotated[int, Query(ge=1, le=500)] = 50,
     before: Annotated[str | None, Query(max_length=64)] = None,
-) -> JobList:
+) -> Response:
     """The jobs this key sees, newest first, as summaries (no params, no results: ``GET
     /v1/jobs/{id}`` has them); ``before`` pages to older ones."""
     states = (job_state,) if job_state else ()
@@ -117,10 +116,8 @@ async def list_jobs(
         scope=job_scope(key), kind=kind, states=states, limit=limit + 1, before=before
     )
     page = found[:limit]
-    return JobList(
-        jobs=[JobSummaryOut.of(j) for j in page],
-        next_before=page[-1].id if len(found) > limit else None,
-    )
+    next_before = page[-1].id if len(found) > limit else None
+    return Response(JobList.json_of(page, next_before), media_type="application/json")
 
 
 @router.get("/{job_id}", response_model=JobOut)
