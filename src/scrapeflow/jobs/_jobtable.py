@@ -8,7 +8,9 @@ get the customer their params name, and no submitter."""
 from __future__ import annotations
 
 import json
+from collections.abc import Sequence
 from datetime import datetime
+from operator import itemgetter
 from typing import Any
 
 from sqlalchemy import (
@@ -25,13 +27,21 @@ from sqlalchemy import (
     text,
     update,
 )
+from sqlalchemy.engine import Row
 from sqlalchemy.ext.asyncio import AsyncEngine
 from sqlalchemy.schema import CreateIndex
 
 from scrapeflow.db import UTCDateTime, create_tables
 from scrapeflow.jobs._model import ACTIVE_STATES, Job, JobState, customer_of
 
-__all__ = ["ended_values", "job_from_row", "job_row", "jobs_table", "upgrade_jobs_table"]
+__all__ = [
+    "ended_values",
+    "job_from_row",
+    "job_row",
+    "jobs_from_rows",
+    "jobs_table",
+    "upgrade_jobs_table",
+]
 
 metadata = MetaData()
 jobs_table = Table(
@@ -185,6 +195,85 @@ def job_row(job: Job) -> dict[str, Any]:
         "customer": job.customer,
         "cost": job.cost,
     }
+
+
+_STATES = {state.value: state for state in JobState}
+_COLUMNS = (
+    "id",
+    "kind",
+    "state",
+    "created_at",
+    "dedupe_key",
+    "progress",
+    "error",
+    "attempts",
+    "cancel_requested",
+    "started_at",
+    "finished_at",
+    "heartbeat_at",
+    "owner",
+    "submitted_by",
+    "customer",
+    "cost",
+)
+"""The columns of every job row, read or summarised (``params`` and ``result`` are apart)."""
+
+
+def jobs_from_rows(rows: Sequence[Row[Any]]) -> list[Job]:
+    """The jobs of a result's rows, each as :func:`job_from_row` makes it, with the columns
+    found once for all (a listing of 500 spent most of its time on look-ups by name)."""
+    if not rows:
+        return []
+    at = {name: index for index, name in enumerate(rows[0]._fields)}
+    values = itemgetter(*(at[name] for name in _COLUMNS))
+    params, result = at.get("params"), at.get("result")
+    jobs = []
+    for row in rows:
+        (
+            ident,
+            kind,
+            state,
+            created,
+            dedupe,
+            progress,
+            error,
+            attempts,
+            cancel,
+            started,
+            finished,
+            beat,
+            owner,
+            submitted_by,
+            customer,
+            cost,
+        ) = values(row)
+        jobs.append(
+            Job(
+                id=ident,
+                kind=kind,
+                params=(_loaded(row[params]) or {}) if params is not None else {},
+                state=_STATES[state],
+                created_at=created,
+                dedupe_key=dedupe,
+                progress=_loaded(progress) or {},
+                result=_loaded(row[result]) if result is not None else None,
+                error=error,
+                attempts=attempts,
+                cancel_requested=bool(cancel),
+                started_at=started,
+                finished_at=finished,
+                heartbeat_at=beat,
+                owner=owner,
+                submitted_by=submitted_by,
+                customer=customer,
+                cost=1 if cost is None else cost,
+            )
+        )
+    return jobs
+
+
+def _loaded(value: Any) -> Any:
+    return json.loads(value) if isinstance(value, str) else value
 
 
 def job_from_row(row: Any) -> Job:
