@@ -266,6 +266,9 @@ class EmbeddedJobQueue(StoredJobs):
         """Jobs waiting for their parts (:meth:`_join`): they hold no place of their lane."""
         self._finished: dict[str, asyncio.Event] = {}
         self._wake = asyncio.Event()
+        self._woken_for: set[str] | None = None
+        """The kinds queued here since the last claim, or None: claim for every lane (a place
+        freed, a tick of the poll, jobs other processes may have queued)."""
         self._loop: asyncio.Task[None] | None = None
         self._stopping = False
         self._stop_asked: float | None = None
@@ -342,7 +345,7 @@ class EmbeddedJobQueue(StoredJobs):
             self._claimable.add(stored.id)
         # Woken before the event is stored: a chain's next page is claimed meanwhile. Its
         # ``job.queued`` still comes first (appended before this task lets the loop run).
-        self._wake.set()
+        self._wake_up(stored.kind)
         if stored is job:  # stored now, not found (a dedupe key's holder, a follow-up)
             self._created.add(job.id)
             await self._tell_job(job)  # as written: no read of it back
@@ -405,7 +408,7 @@ class EmbeddedJobQueue(StoredJobs):
         so its queued parts start in this process as places free (each taking one), like any
         job of their lane."""
         self._joining.add(parent.id)
-        self._wake.set()
+        self._wake_up()
         try:
             return await self._wait_parts(parent, jobs)
         finally:
@@ -413,10 +416,22 @@ class EmbeddedJobQueue(StoredJobs):
 
     # -- running jobs ----------------------------------------------------------------------
 
+    def _wake_up(self, kind: str | None = None) -> None:
+        """Have the dispatcher claim: for a job of ``kind`` just queued here, or (None) for
+        whatever may be claimable."""
+        if kind is None:
+            self._woken_for = None
+        elif self._woken_for is not None:
+            self._woken_for.add(kind)
+        self._wake.set()
+
     async def _serve(self) -> None:
         next_beat = 0.0
         loop = asyncio.get_running_loop()
         while True:
+            # Taken before the claim: a wake while it runs is seen at the next turn, not lost.
+            self._wake.clear()
+            kinds, self._woken_for = self._woken_for, set()
             try:
                 now = loop.time()
                 if now >= next_beat:
@@ -426,18 +441,22 @@ class EmbeddedJobQueue(StoredJobs):
                     self._checked = now
                     await self._check_cancellations()
                 if not self._stopping:
-                    await self._claim_lanes()
+                    await self._claim_lanes(kinds)
             except asyncio.CancelledError:
                 raise
             except Exception as exc:  # a database hiccup: try again at the next tick
                 _log.warning("job queue tick failed", error=redact(repr(exc)))
-            self._wake.clear()
-            with contextlib.suppress(TimeoutError):
+                self._woken_for = None
+            try:
                 async with asyncio.timeout(self.poll):
                     await self._wake.wait()
+            except TimeoutError:
+                self._woken_for = None  # the poll's tick: what other processes queued too
 
-    async def _claim_lanes(self) -> None:
-        """Claim what each lane has room for, the lanes' kinds apart from the rest's."""
+    async def _claim_lanes(self, kinds: set[str] | None = None) -> None:
+        """Claim what each lane has room for, the lanes' kinds apart from the rest's; with
+        ``kinds`` (those queued here since the last claim), only in the lanes they run in (a
+        chain's next page is not claimed after two empty claims of the other lanes)."""
         laned = frozenset().union(*(lane.kinds for lane in self.lanes))
         # A job waiting for its parts holds no place: they take them.
         running = [
@@ -446,12 +465,16 @@ class EmbeddedJobQueue(StoredJobs):
             if job_id not in self._joining
         ]
         for lane in self.lanes:
+            if kinds is not None and not kinds & lane.kinds:
+                continue
             free = lane.concurrency - sum(1 for kind in running if lane.holds(kind))
             if free > 0:
                 for job in await self.store.claim(
                     self.owner, self._clock(), free, only=self._claimable, kinds=lane.kinds
                 ):
                     self._start(job)
+        if kinds is not None and kinds <= laned:
+            return
         free = self.concurrency - sum(1 for kind in running if kind not in laned)
         if free > 0:
             for job in await self.store.claim(
@@ -521,7 +544,7 @@ class EmbeddedJobQueue(StoredJobs):
                 event = self._finished.pop(job.id, None)
                 if event is not None:
                     event.set()
-                self._wake.set()
+                self._wake_up()
 
     async def _settle(
         self,
