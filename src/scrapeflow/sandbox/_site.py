@@ -17,10 +17,11 @@ Sites add their own admin routes (the banks' ground truth, the feed's profiles).
 
 from __future__ import annotations
 
+import dataclasses
 import hmac
 from dataclasses import dataclass, field
 from datetime import timedelta
-from typing import Any
+from typing import Any, ClassVar
 
 from aiohttp import web
 
@@ -30,7 +31,7 @@ from scrapeflow.sandbox._hostility import Hostility
 from scrapeflow.sandbox._tokens import TokenSigner
 from scrapeflow.sandbox._world import MAX_CUSTOMERS, World
 
-__all__ = ["SandboxSite", "SandboxState", "admin_json", "require_admin"]
+__all__ = ["SandboxSite", "SandboxState", "SiteSettings", "admin_json", "require_admin"]
 
 
 @dataclass
@@ -49,6 +50,36 @@ class SandboxState:
             raise ValueError(f"customers must be between 1 and {MAX_CUSTOMERS:,}")
         self.world = World(self.seed, customers=self.customers, epoch=self.clock.now())
         self.signer = TokenSigner(f"sandbox-{self.seed}-{self.admin_token}".encode())
+
+
+@dataclass
+class SiteSettings:
+    """Numbers an admin API changes while a site runs (a dataclass of them, subclassed):
+    :meth:`update` applies changes all at once or none, each converted to its field's type
+    and the whole judged by :meth:`check`."""
+
+    what: ClassVar[str] = "setting"
+    """What one of them is called in errors (``bank setting``)."""
+
+    def update(self, changes: dict[str, Any]) -> None:
+        """Apply ``changes`` all at once, or none of them (ValueError naming the culprit)."""
+        names = sorted(f.name for f in dataclasses.fields(self))
+        typed: dict[str, Any] = {}
+        for name, value in changes.items():
+            if name not in names:
+                raise ValueError(f"unknown {self.what} {name!r} (settings: {', '.join(names)})")
+            try:
+                if isinstance(value, bool):
+                    raise TypeError(value)
+                typed[name] = type(getattr(self, name))(value)
+            except (TypeError, ValueError):
+                raise ValueError(f"{self.what} {name} must be a number, got {value!r}") from None
+        dataclasses.replace(self, **typed).check()
+        for name, value in typed.items():
+            setattr(self, name, value)
+
+    def check(self) -> None:
+        """ValueError when these values do not hold together."""
 
 
 def require_admin(request: web.Request, state: SandboxState) -> None:

@@ -31,7 +31,13 @@ from scrapeflow.server._keys import ApiKey
 from scrapeflow.server._problems import PROBLEM_JSON, Problem, database_away
 from scrapeflow.server._state import ServiceState
 
-__all__ = ["FAILED_HOLD", "Authenticate", "answer_problem", "authenticate"]
+__all__ = [
+    "FAILED_HOLD",
+    "Authenticate",
+    "answer_problem",
+    "authenticate",
+    "authenticate_scope",
+]
 
 FAILED_HOLD = 1.0
 """Seconds a failed attempt's answer is held while failures come fast from everywhere."""
@@ -70,6 +76,16 @@ async def authenticate(state: ServiceState, authorization: str, address: str) ->
     )
 
 
+async def authenticate_scope(state: ServiceState, scope: Scope) -> ApiKey:
+    """:func:`authenticate` the ``Authorization`` header of an ASGI request."""
+    authorization = ""
+    for name, value in scope["headers"]:
+        if name == b"authorization":
+            authorization = value.decode("latin-1")
+            break
+    return await authenticate(state, authorization, client_address(scope))
+
+
 def client_address(scope: Scope) -> str:
     """The client's address as uvicorn gives it (a proxy's header only when trusted)."""
     client = scope.get("client")
@@ -106,14 +122,8 @@ class Authenticate:
         ):
             await self.app(scope, receive, send)
             return
-        service: ServiceState = scope["app"].state.service
-        authorization = ""
-        for name, value in scope["headers"]:
-            if name == b"authorization":
-                authorization = value.decode("latin-1")
-                break
         try:
-            key = await authenticate(service, authorization, client_address(scope))
+            key = await authenticate_scope(scope["app"].state.service, scope)
         except Problem as problem:
             await answer_problem(send, problem)
             return

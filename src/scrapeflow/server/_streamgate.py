@@ -22,7 +22,7 @@ from starlette.types import ASGIApp, Receive, Scope, Send
 
 from scrapeflow.db import connection_lost
 from scrapeflow.server._accesslog import log_request
-from scrapeflow.server._auth import answer_problem, authenticate, client_address, remember
+from scrapeflow.server._auth import answer_problem, authenticate_scope, remember
 from scrapeflow.server._problems import Problem, database_away
 
 if TYPE_CHECKING:
@@ -53,13 +53,8 @@ class StreamGate:
             return
         started = time.perf_counter()
         service = self.owner.state.service
-        authorization = ""
-        for name, value in scope["headers"]:
-            if name == b"authorization":
-                authorization = value.decode("latin-1")
-                break
         try:
-            key = await authenticate(service, authorization, client_address(scope))
+            key = await authenticate_scope(service, scope)
         except Problem as problem:
             await self._refuse(scope, send, problem, route, started)
             return

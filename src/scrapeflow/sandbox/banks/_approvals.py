@@ -23,12 +23,12 @@ import secrets
 import time
 from dataclasses import dataclass, field
 from enum import StrEnum
-from typing import Any
+from typing import Any, ClassVar
 
 from aiohttp import web
 
 from scrapeflow.sandbox._guards import ADMIN_PREFIX
-from scrapeflow.sandbox._site import SandboxState, admin_json, require_admin
+from scrapeflow.sandbox._site import SandboxState, SiteSettings, admin_json, require_admin
 
 __all__ = ["Approval", "ApprovalSettings", "ApprovalStatus", "Approvals"]
 
@@ -43,31 +43,20 @@ class ApprovalStatus(StrEnum):
 
 
 @dataclass
-class ApprovalSettings:
+class ApprovalSettings(SiteSettings):
     """``approve_after_seconds``: the simulated customer approves this long after the push
     (below zero: never by itself, only through the admin API). ``ttl_seconds``: an approval
     nobody answered expires. ``poll_interval_seconds``: how often a client may ask; asking
     sooner is answered ``slow_down``."""
 
+    what: ClassVar[str] = "approval setting"
     approve_after_seconds: float = 1.0
     ttl_seconds: float = 120.0
     poll_interval_seconds: float = 1.0
 
-    def update(self, changes: dict[str, Any]) -> None:
-        """Apply ``changes`` all at once, or none (ValueError naming the culprit)."""
-        names = {f.name for f in dataclasses.fields(self)}
-        typed: dict[str, float] = {}
-        for name, value in changes.items():
-            if name not in names:
-                raise ValueError(f"unknown approval setting {name!r} (settings: {sorted(names)})")
-            if isinstance(value, bool) or not isinstance(value, int | float):
-                raise ValueError(f"approval setting {name} must be a number, got {value!r}")
-            typed[name] = float(value)
-        candidate = dataclasses.replace(self, **typed)
-        if candidate.ttl_seconds <= 0 or candidate.poll_interval_seconds <= 0:
+    def check(self) -> None:
+        if self.ttl_seconds <= 0 or self.poll_interval_seconds <= 0:
             raise ValueError("ttl_seconds and poll_interval_seconds must be above 0")
-        for name, value in typed.items():
-            setattr(self, name, value)
 
 
 @dataclass

@@ -18,13 +18,19 @@ from collections import deque
 from dataclasses import dataclass, field
 from datetime import date
 from decimal import Decimal
-from typing import Any
+from typing import Any, ClassVar
 
 from aiohttp import web
 
 from scrapeflow.sandbox._guards import ADMIN_PREFIX
 from scrapeflow.sandbox._hostility import Hostility
-from scrapeflow.sandbox._site import SandboxSite, SandboxState, admin_json, require_admin
+from scrapeflow.sandbox._site import (
+    SandboxSite,
+    SandboxState,
+    SiteSettings,
+    admin_json,
+    require_admin,
+)
 from scrapeflow.sandbox._world import Account, Login, Movement
 
 __all__ = [
@@ -42,7 +48,7 @@ _MAX_SESSIONS = 50_000
 
 
 @dataclass
-class BankSettings:
+class BankSettings(SiteSettings):
     """A bank's behaviour switches; the admin API changes them while the bank runs.
 
     ``maintenance_rate``: share of requests answered by the bank's maintenance page (503).
@@ -53,6 +59,7 @@ class BankSettings:
     ``ip_block_seconds``: how long such a block lasts.
     """
 
+    what: ClassVar[str] = "bank setting"
     maintenance_rate: float = 0.0
     session_max_requests: int = 0
     session_idle_seconds: float = 900.0
@@ -60,27 +67,13 @@ class BankSettings:
     login_failures_per_ip: int = 20
     ip_block_seconds: float = 600.0
 
-    def update(self, changes: dict[str, Any]) -> None:
-        """Apply ``changes`` all at once, or none of them (ValueError naming the culprit)."""
-        fields = {f.name for f in dataclasses.fields(self)}
-        typed: dict[str, Any] = {}
-        for name, value in changes.items():
-            if name not in fields:
-                raise ValueError(f"unknown bank setting {name!r} (settings: {', '.join(fields)})")
-            current = getattr(self, name)
-            try:
-                typed[name] = type(current)(value)
-            except (TypeError, ValueError):
-                raise ValueError(f"bank setting {name} must be a number, got {value!r}") from None
-        candidate = dataclasses.replace(self, **typed)
-        if not 0 <= candidate.maintenance_rate <= 1:
+    def check(self) -> None:
+        if not 0 <= self.maintenance_rate <= 1:
             raise ValueError("maintenance_rate must be between 0 and 1")
-        if candidate.layout not in (1, 2):
+        if self.layout not in (1, 2):
             raise ValueError("layout must be 1 or 2")
-        if min(candidate.session_max_requests, candidate.login_failures_per_ip) < 0:
+        if min(self.session_max_requests, self.login_failures_per_ip) < 0:
             raise ValueError("session_max_requests and login_failures_per_ip must be >= 0")
-        for name, value in typed.items():
-            setattr(self, name, value)
 
 
 @dataclass
