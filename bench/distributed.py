@@ -1210,6 +1210,7 @@ def main(argv: Sequence[str] | None = None) -> None:
     cores = os.cpu_count() or 1
     out: dict[str, Any] = {"machine": machine_info(), "goals": GOALS, "results": {}}
     results = out["results"]
+    kept = _recorded_phases(set(phases) - set(wanted))
     started = time.monotonic()
     workdir = Path(tempfile.mkdtemp(prefix="bench-distributed-"))
     logs = workdir / "worker-logs"
@@ -1222,7 +1223,10 @@ def main(argv: Sequence[str] | None = None) -> None:
                 except Exception as exc:  # the others' figures still count: say what failed
                     print(f"  {name} failed: {exc!r}", flush=True)
                     results[name] = {"failed": repr(exc)[:500]}
-                write_results(out, started)  # after each phase: a later failure loses nothing
+                results[name]["recorded"] = {
+                    k: out["machine"][k] for k in ("date", "git_commit") if k in out["machine"]
+                }
+                write_results(out, started, kept)  # after each phase: a later one may fail
     except BaseException:
         for log in sorted(logs.iterdir()):
             tail = log.read_text(errors="replace")[-1500:].strip()
@@ -1233,7 +1237,7 @@ def main(argv: Sequence[str] | None = None) -> None:
         if args.keep_logs:
             shutil.copytree(logs, args.keep_logs, dirs_exist_ok=True)
         shutil.rmtree(workdir, ignore_errors=True)
-    write_results(out, started)
+    write_results(out, started, kept)
     results = {k: v for k, v in results.items() if "failed" not in v}
     if "bank" in results:
         print_workload("bank batch", results["bank"], cores)
@@ -1248,10 +1252,27 @@ def main(argv: Sequence[str] | None = None) -> None:
     print(f"\nbench took {out['bench_seconds']} s; results in {RESULTS}")
 
 
-def write_results(out: dict[str, Any], started: float) -> None:
+def _recorded_phases(names: set[str]) -> dict[str, Any]:
+    """The record's figures of the phases ``names`` (not run this time): kept as they are,
+    each with its own ``recorded`` date and commit."""
+    try:
+        old = json.loads(RESULTS.read_text())
+        record, machine = old["results"], old.get("machine", {})
+    except (OSError, ValueError, KeyError):
+        return {}
+    stamp = {k: machine[k] for k in ("date", "git_commit") if k in machine}
+    kept = {name: record[name] for name in names if name in record}
+    for figures in kept.values():
+        figures.setdefault("recorded", stamp)
+    return kept
+
+
+def write_results(out: dict[str, Any], started: float, kept: dict[str, Any]) -> None:
+    """The record: this run's phases, and the figures of those it did not run."""
     out["bench_seconds"] = round(time.monotonic() - started, 1)
     RESULTS.parent.mkdir(parents=True, exist_ok=True)
-    RESULTS.write_text(json.dumps(out, indent=2) + "\n")
+    whole = {**out, "results": {**kept, **out["results"]}}
+    RESULTS.write_text(json.dumps(whole, indent=2) + "\n")
 
 
 if __name__ == "__main__":

@@ -71,11 +71,9 @@ from aiohttp import web
 from aiohttp.typedefs import Handler, Middleware
 
 from scrapeflow.sandbox._guards import ADMIN_PREFIX
-from scrapeflow.sandbox._hostility import Hostility
-from scrapeflow.sandbox._site import SandboxState
 from scrapeflow.sandbox._tokens import TokenError, TokenExpired
 from scrapeflow.sandbox._world import Account, AccountKind, Movement
-from scrapeflow.sandbox.banks._base import DEFAULT_BANK_LATENCY_MS, BankSettings, BankSite
+from scrapeflow.sandbox.banks._base import BankSite
 
 __all__ = ["ApiBank"]
 
@@ -133,15 +131,7 @@ class ApiBank(BankSite):
     client_rate_burst: int = 20
     """Requests an idle client IP may send at once under that limit."""
 
-    def __init__(
-        self,
-        state: SandboxState,
-        *,
-        hostility: Hostility | None = None,
-        latency_ms: tuple[float, float] = DEFAULT_BANK_LATENCY_MS,
-        settings: BankSettings | None = None,
-    ) -> None:
-        super().__init__(state, hostility=hostility, latency_ms=latency_ms, settings=settings)
+    def prepare(self) -> None:
         self._rate_limit = _RateLimit()
 
     def is_json(self, request: web.Request) -> bool:

@@ -106,6 +106,11 @@ class BankSite(SandboxSite):
         self.settings = settings or BankSettings()
         self.sessions: dict[str, Session] = {}
         self._failures: dict[str, deque[float]] = {}
+        self.prepare()
+
+    def prepare(self) -> None:
+        """What a bank of its own kind holds beside its sessions, made once the bank is
+        (a subclass's, instead of an ``__init__`` of its own)."""
 
     # -- the world, seen from this bank -----------------------------------------------------
 

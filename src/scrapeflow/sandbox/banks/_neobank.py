@@ -69,12 +69,10 @@ from aiohttp import web
 from aiohttp.typedefs import Handler, Middleware
 
 from scrapeflow.sandbox._guards import ADMIN_PREFIX
-from scrapeflow.sandbox._hostility import Hostility
-from scrapeflow.sandbox._site import SandboxState
 from scrapeflow.sandbox._tokens import TokenError, TokenExpired
 from scrapeflow.sandbox._world import Account, AccountKind, Movement
 from scrapeflow.sandbox.banks._approvals import Approvals
-from scrapeflow.sandbox.banks._base import DEFAULT_BANK_LATENCY_MS, BankSettings, BankSite
+from scrapeflow.sandbox.banks._base import BankSite
 from scrapeflow.sandbox.banks._neoauth import NeoAuth, Refused, json_answer, page
 
 __all__ = ["NeoBank"]
@@ -92,16 +90,8 @@ class NeoBank(BankSite):
     consent_days: int = 90
     """Sandbox days a consent lasts (PSD2 asks for it again after 90 or 180)."""
 
-    def __init__(
-        self,
-        state: SandboxState,
-        *,
-        hostility: Hostility | None = None,
-        latency_ms: tuple[float, float] = DEFAULT_BANK_LATENCY_MS,
-        settings: BankSettings | None = None,
-    ) -> None:
-        super().__init__(state, hostility=hostility, latency_ms=latency_ms, settings=settings)
-        self.approvals = Approvals(state, self.name)
+    def prepare(self) -> None:
+        self.approvals = Approvals(self.state, self.name)
         self.auth = NeoAuth(self)
 
     def is_json(self, request: web.Request) -> bool:
