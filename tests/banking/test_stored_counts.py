@@ -24,7 +24,7 @@ from scrapeflow.banking import (
     register,
 )
 from scrapeflow.banking.scrapers.apibank import ApiBankScraper
-from scrapeflow.banking.testing import scrape_offline
+from scrapeflow.banking.testing import OfflineScrape, scrape_offline
 from scrapeflow.db import create_engine, session_factory
 from scrapeflow.sandbox import Sandbox
 
@@ -141,15 +141,22 @@ async def test_a_scrape_whose_reads_all_land_shows_equal_counts(
     assert view.movements_stored == view.movements > 0
 
 
-async def test_the_offline_scrape_of_the_kit_catches_it_too(sandbox: Sandbox) -> None:
-    login = await h.credentials(sandbox, "apibank", 2)
-    scrape = await scrape_offline(
-        OneRefScraper,
+async def _offline(
+    sandbox: Sandbox, scraper: type[ApiBankScraper], *, customer: int
+) -> OfflineScrape:
+    """The kit's offline scrape of apibank's ``customer`` by ``scraper``."""
+    login = await h.credentials(sandbox, "apibank", customer)
+    return await scrape_offline(
+        scraper,
         login=login["username"],
         password=login["password"],
         base_url=sandbox.urls["apibank"],
         today=await h.sandbox_today(sandbox, "apibank"),
     )
+
+
+async def test_the_offline_scrape_of_the_kit_catches_it_too(sandbox: Sandbox) -> None:
+    scrape = await _offline(sandbox, OneRefScraper, customer=2)
     assert scrape.result is ResultCode.SITE_CHANGED
     assert "the database holds 1 of them" in scrape.detail
 
@@ -170,13 +177,6 @@ class JointAccountScraper(ApiBankScraper):
 
 
 async def test_one_account_listed_under_two_contracts_is_no_shortfall(sandbox: Sandbox) -> None:
-    login = await h.credentials(sandbox, "apibank", 3)
-    scrape = await scrape_offline(
-        JointAccountScraper,
-        login=login["username"],
-        password=login["password"],
-        base_url=sandbox.urls["apibank"],
-        today=await h.sandbox_today(sandbox, "apibank"),
-    )
+    scrape = await _offline(sandbox, JointAccountScraper, customer=3)
     assert scrape.result is ResultCode.SUCCESS, scrape.detail
     assert scrape.accounts
