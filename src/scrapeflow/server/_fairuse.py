@@ -130,8 +130,10 @@ class StreamSlots:
         now = time.monotonic()
         start, count, flooding = self._refused.get(key_id, (now, 0, 0))
         if now - start > _ASKING_WINDOW:
-            # a window past the bound makes the next holds longer; one within it, short again
-            flooding = min(flooding + 1, 8) if count > self.per_key else 0
+            # A window past the bound makes the next holds longer; one within it, or a quiet
+            # one between (no refusal at all), makes them short again.
+            past = count > self.per_key and now - start <= 2 * _ASKING_WINDOW
+            flooding = min(flooding + 1, 8) if past else 0
             start, count = now, 0
         if len(self._refused) >= _MAX_HELD and key_id not in self._refused:
             self._refused.clear()  # a bound on the bookkeeping: every window starts again
