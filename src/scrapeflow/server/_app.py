@@ -25,9 +25,6 @@ from scrapeflow.server._streams import StreamDisconnects
 
 __all__ = ["create_app"]
 
-_YOUNG_COLLECTION = 10_000
-"""Objects allocated (less those freed) between two young garbage collections."""
-
 
 class _ServiceApp(FastAPI):
     """FastAPI with :class:`StreamGate` in front of its whole stack (``add_middleware`` puts a
@@ -103,11 +100,6 @@ def create_app(settings: Settings) -> FastAPI:
                     # every request waiting, and a flood of requests set one off every few
                     # seconds (the stalls of honest reads under a stream flood).
                     gc.freeze()
-                    # Young collections 14 times rarer than Python's default (700 objects): a
-                    # request makes a few thousand short-lived objects, and each collection
-                    # promotes what is in flight (held answers, open connections) towards the
-                    # full collections, which walk every live object with the loop stopped.
-                    gc.set_threshold(_YOUNG_COLLECTION, *gc.get_threshold()[1:])
                     yield
         finally:
             await engine.dispose()
