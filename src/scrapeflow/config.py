@@ -205,6 +205,10 @@ class Settings(BaseSettings):
     """Event streams one API key may hold open at once; past it, 429."""
     max_streams: Annotated[int, Field(ge=1, le=1_000_000)] = 2_000
     """Event streams the service holds open at once, every key together; past it, 429."""
+    key_time_share: Annotated[float, Field(gt=0, le=1_000)] = 0.5
+    """The share of a ``serve`` process's time one API key's requests may hold (in flight)
+    while other keys' requests are being served; past it, its requests wait their turn (at
+    most 10 s, else 429). A key alone is never held."""
     forwarded_allow_ips: Annotated[tuple[str, ...], NoDecode] = ()
     """Peers (addresses or CIDRs, comma-separated) whose ``X-Forwarded-For`` (and
     ``X-Forwarded-Proto``) headers are believed: your reverse proxies (``Forwarded`` is never

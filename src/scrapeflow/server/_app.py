@@ -15,23 +15,23 @@ from scrapeflow.config import Settings
 from scrapeflow.http import EgressPolicy
 from scrapeflow.server._accesslog import AccessLog
 from scrapeflow.server._auth import Authenticate
+from scrapeflow.server._gate import FrontGate
 from scrapeflow.server._limits import BodyLimit
 from scrapeflow.server._metrics import ServiceMetrics
 from scrapeflow.server._openapi import install_openapi
 from scrapeflow.server._problems import install_problem_handlers
 from scrapeflow.server._state import ServiceState
-from scrapeflow.server._streamgate import StreamGate
 from scrapeflow.server._streams import StreamDisconnects
 
 __all__ = ["create_app"]
 
 
 class _ServiceApp(FastAPI):
-    """FastAPI with :class:`StreamGate` in front of its whole stack (``add_middleware`` puts a
+    """FastAPI with :class:`FrontGate` in front of its whole stack (``add_middleware`` puts a
     middleware inside Starlette's error middleware, and that one inside FastAPI's own)."""
 
     def build_middleware_stack(self) -> ASGIApp:
-        return StreamGate(super().build_middleware_stack(), owner=self)
+        return FrontGate(super().build_middleware_stack(), owner=self)
 
 
 def create_app(settings: Settings) -> FastAPI:
@@ -51,6 +51,7 @@ def create_app(settings: Settings) -> FastAPI:
         from scrapeflow.server._fairuse import JobQuota, StreamSlots
         from scrapeflow.server._keyring import KeyRing
         from scrapeflow.server._keys import open_keys
+        from scrapeflow.server._timeshare import TimeShare
         from scrapeflow.server._watch import ServiceWatchdog
         from scrapeflow.server._webhooks import Webhooks
         from scrapeflow.server._work import job_queue
@@ -90,6 +91,7 @@ def create_app(settings: Settings) -> FastAPI:
                         per_key=settings.max_streams_per_key, total=settings.max_streams
                     ),
                     job_quota=JobQuota(settings.max_jobs_per_key),
+                    time_share=TimeShare(settings.key_time_share),
                 )
                 async with (
                     ServiceWatchdog(queue, sessions, settings),

@@ -5,10 +5,11 @@ without a key would learn, from a 422, how its body was judged, and make the ser
 :class:`Authenticate` therefore checks the key of every ``/v1`` request that may carry a body
 (POST, PUT, PATCH, DELETE) before the route is reached, answers 401 or 429 at once,
 and leaves the key in the request's state, where the routes' dependency
-(:func:`scrapeflow.server._deps.caller_with`) takes it instead of looking again. Event streams
-are authenticated in front of the whole app, and refused there past their key's cap
-(:mod:`scrapeflow.server._streamgate`); other requests without a body are authenticated by
-that dependency alone.
+(:func:`scrapeflow.server._deps.caller_with`) takes it instead of looking again. In front of
+the whole app (:mod:`scrapeflow.server._gate`), event streams are authenticated and refused
+past their key's cap, and every other ``/v1`` request's key is looked up for its turn in its
+key's share of time: a valid key is remembered there; a request without one goes on to this
+layer and the routes' dependency, which answer it and count the failure.
 
 Failed attempts are counted per client address (:class:`scrapeflow.server._state.AuthFailures`);
 past the bound, further *failed* attempts get 429, while a valid key from the same address is
@@ -37,23 +38,30 @@ __all__ = [
     "answer_problem",
     "authenticate",
     "authenticate_scope",
+    "bearer_token",
+    "looked_up_unknown",
+    "remember_unknown",
 ]
 
 FAILED_HOLD = 1.0
 """Seconds a failed attempt's answer is held while failures come fast from everywhere."""
 
 _STATE_KEY = "api_key"
+_UNKNOWN_KEY = "api_key_unknown"
 _WITH_BODY = frozenset({"POST", "PUT", "PATCH", "DELETE"})
 """The methods whose requests may carry a body a route reads (any other method is answered by
 the routes' dependency, or 405 by the router)."""
 
 
-async def authenticate(state: ServiceState, authorization: str, address: str) -> ApiKey:
+async def authenticate(
+    state: ServiceState, authorization: str, address: str, *, unknown: bool = False
+) -> ApiKey:
     """The caller's key; :class:`Problem` 401 without a valid one, 429 when the address has
-    failed too often (only ever for a request whose key fails)."""
+    failed too often (only ever for a request whose key fails). ``unknown``: the token was
+    looked up for this request already, and is no key's."""
     scheme, _, token = authorization.partition(" ")
     key = None
-    if scheme.lower() == "bearer" and token.strip():
+    if not unknown and scheme.lower() == "bearer" and token.strip():
         key = await state.keys.authenticate(token.strip())
     if key is not None:
         return key
@@ -78,12 +86,22 @@ async def authenticate(state: ServiceState, authorization: str, address: str) ->
 
 async def authenticate_scope(state: ServiceState, scope: Scope) -> ApiKey:
     """:func:`authenticate` the ``Authorization`` header of an ASGI request."""
-    authorization = ""
+    return await authenticate(
+        state, _authorization(scope), client_address(scope), unknown=looked_up_unknown(scope)
+    )
+
+
+def bearer_token(scope: Scope) -> str:
+    """The token of an ASGI request's ``Authorization: Bearer`` header, or ``""``."""
+    scheme, _, token = _authorization(scope).partition(" ")
+    return token.strip() if scheme.lower() == "bearer" else ""
+
+
+def _authorization(scope: Scope) -> str:
     for name, value in scope["headers"]:
         if name == b"authorization":
-            authorization = value.decode("latin-1")
-            break
-    return await authenticate(state, authorization, client_address(scope))
+            return str(value.decode("latin-1"))
+    return ""
 
 
 def client_address(scope: Scope) -> str:
@@ -98,6 +116,16 @@ def known_key(scope: Scope) -> ApiKey | None:
     return key if isinstance(key, ApiKey) else None
 
 
+def remember_unknown(scope: Scope) -> None:
+    """Note that the request's token was looked up and is no key's (not to look again)."""
+    scope.setdefault("state", {})[_UNKNOWN_KEY] = True
+
+
+def looked_up_unknown(scope: Scope) -> bool:
+    """Whether :func:`remember_unknown` noted the request's token."""
+    return bool(scope.get("state", {}).get(_UNKNOWN_KEY))
+
+
 def remember(scope: Scope, key: ApiKey) -> None:
     """Keep the request's key: for the dependency, and its id for the access log."""
     state = scope.setdefault("state", {})
@@ -108,7 +136,7 @@ def remember(scope: Scope, key: ApiKey) -> None:
 class Authenticate:
     """ASGI middleware: authenticate ``/v1`` requests that may carry a body before reading it
     (event streams are authenticated in front of the app, by
-    :class:`scrapeflow.server._streamgate.StreamGate`)."""
+    :class:`scrapeflow.server._gate.FrontGate`)."""
 
     def __init__(self, app: ASGIApp) -> None:
         self.app = app
@@ -119,6 +147,7 @@ class Authenticate:
             or scope["method"] not in _WITH_BODY
             or not scope["path"].startswith("/v1/")
             or not _has_route(scope)
+            or known_key(scope) is not None  # found by the front gate
         ):
             await self.app(scope, receive, send)
             return

@@ -7,7 +7,13 @@ from typing import Annotated
 
 from fastapi import Depends, Request
 
-from scrapeflow.server._auth import authenticate, client_address, known_key, remember
+from scrapeflow.server._auth import (
+    authenticate,
+    client_address,
+    known_key,
+    looked_up_unknown,
+    remember,
+)
 from scrapeflow.server._keys import ApiKey, Scope
 from scrapeflow.server._problems import Problem
 from scrapeflow.server._state import ServiceState
@@ -40,6 +46,7 @@ def caller_with(scope: Scope) -> Callable[[Request], Awaitable[ApiKey]]:
                 _state_of(request),
                 request.headers.get("authorization", ""),
                 client_address(request.scope),
+                unknown=looked_up_unknown(request.scope),
             )
             remember(request.scope, key)
         if not key.allows(scope):

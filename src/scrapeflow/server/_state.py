@@ -18,6 +18,7 @@ from scrapeflow.jobs import JobQueue, Scheduler
 from scrapeflow.server._events import EventLog
 from scrapeflow.server._fairuse import JobQuota, StreamSlots
 from scrapeflow.server._keyring import KeyRing
+from scrapeflow.server._timeshare import TimeShare
 from scrapeflow.server._webhooks import Webhooks
 
 __all__ = ["BUSY_FAILURES", "AuthFailures", "ServiceState"]
@@ -103,6 +104,8 @@ class ServiceState:
     failures: AuthFailures = field(default_factory=AuthFailures)
     streams: StreamSlots = field(default_factory=lambda: StreamSlots(per_key=20, total=2_000))
     """Open event streams per key and in all (``max_streams_per_key``, ``max_streams``)."""
+    time_share: TimeShare = field(default_factory=TimeShare)
+    """Each key's share of this process's time while others ask too (``key_time_share``)."""
     job_quota: JobQuota = field(default_factory=lambda: JobQuota(100))
     """Active fetch and run jobs per key (``max_jobs_per_key``)."""
     quick: QuickReads | None = None

@@ -1,0 +1,167 @@
+"""Each key's share of a process's time: a key alone is never held; while other keys ask, a
+key past its share waits its turn, charged only its part of the time shared, and a key that
+would wait past the bound is told 429 with when to come back."""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+from collections.abc import Coroutine
+from typing import Any
+
+import pytest
+
+from scrapeflow.server._problems import Problem
+from scrapeflow.server._timeshare import LONGEST_WAIT, MOST_IN_FLIGHT, Permit, TimeShare
+
+
+class Clock:
+    """A clock the test moves, and a sleep that moves it (and yields once, as a sleep does)."""
+
+    def __init__(self) -> None:
+        self.now = 1000.0
+        self.slept: list[float] = []
+
+    def __call__(self) -> float:
+        return self.now
+
+    async def sleep(self, seconds: float) -> None:
+        self.slept.append(seconds)
+        self.now += seconds
+        await asyncio.sleep(0)
+
+
+def at_once(admission: Coroutine[Any, Any, Permit]) -> Permit:
+    """The permit ``admission`` gives without waiting at all (fails if it would wait)."""
+    with pytest.raises(StopIteration) as done:
+        admission.send(None)
+    permit = done.value.value
+    assert isinstance(permit, Permit)
+    return permit
+
+
+def busy(share: TimeShare, clock: Clock, key: str, requests: int, seconds: float) -> None:
+    """``requests`` of ``key`` in flight together for ``seconds``."""
+    permits = [at_once(share.admit(key)) for _ in range(requests)]
+    clock.now += seconds
+    for permit in permits:
+        share.done(permit)
+
+
+def test_a_key_alone_is_never_held_however_much_it_asks() -> None:
+    clock = Clock()
+    share = TimeShare(share=0.5, burst=1.0, clock=clock, sleep=clock.sleep)
+    for _ in range(20):  # 20 s of the process, ten times its share
+        busy(share, clock, "alone", requests=4, seconds=1.0)
+    share.done(at_once(share.admit("alone")))
+    assert clock.slept == []
+
+
+def test_past_its_share_a_key_waits_while_another_key_asks() -> None:
+    clock = Clock()
+    share = TimeShare(share=0.5, burst=1.0, clock=clock, sleep=clock.sleep)
+    for _ in range(40):  # 4 s of the process, alone: its account filled 2 s meanwhile
+        busy(share, clock, "heavy", requests=1, seconds=0.1)
+    share.done(at_once(share.admit("honest")))  # another key asks
+
+    async def heavy_again() -> None:
+        share.done(await share.admit("heavy"))
+
+    asyncio.run(heavy_again())
+    # Owed 4 s - 2 s filled - 1 s of burst = 1 s: filled again at 0.5 s a second, 2 s.
+    assert sum(clock.slept) == pytest.approx(2.0)
+    share.done(at_once(share.admit("honest")))  # the other key was never held
+
+
+def test_a_request_is_charged_its_part_of_the_time_shared() -> None:
+    clock = Clock()
+    share = TimeShare(share=0.5, burst=1.0, clock=clock, sleep=clock.sleep)
+    honest = at_once(share.admit("honest"))
+    busy(share, clock, "heavy", requests=MOST_IN_FLIGHT, seconds=4.5)  # 9 in flight for 4.5 s
+    share.done(honest)
+    # The honest request waited 4.5 s among 9: charged 0.5 s, within its account; the heavy
+    # key was charged 8 parts of 9 (4 s, 2.25 s filled meanwhile, 1 s of burst: 0.75 s owed).
+    share.done(at_once(share.admit("honest")))
+    assert share.in_flight == 0
+
+    async def heavy_again() -> None:
+        share.done(await share.admit("heavy"))
+
+    asyncio.run(heavy_again())
+    assert sum(clock.slept) == pytest.approx(0.75 / 0.5)
+
+
+def test_while_shared_a_key_has_at_most_its_bound_in_flight() -> None:
+    clock = Clock()
+    share = TimeShare(share=0.5, burst=1.0, clock=clock, sleep=clock.sleep)
+    other = at_once(share.admit("other"))
+    many = [at_once(share.admit("many")) for _ in range(MOST_IN_FLIGHT)]
+
+    async def one_more() -> float:
+        async def end_one_soon() -> None:
+            await asyncio.sleep(0)
+            clock.now += 0.001
+            share.done(many.pop())
+
+        ending = asyncio.ensure_future(end_one_soon())
+        permit = await share.admit("many")  # waits for one of its own to end
+        await ending
+        share.done(permit)
+        return clock.now
+
+    asyncio.run(one_more())
+    assert clock.slept  # it waited
+    assert len(many) == MOST_IN_FLIGHT - 1
+    for permit in [*many, other]:
+        share.done(permit)
+    share.done(at_once(share.admit("many")))  # its own ended: in at once
+
+
+def test_a_wait_past_the_bound_is_refused_with_when_to_come_back() -> None:
+    clock = Clock()
+    share = TimeShare(share=0.5, burst=1.0, clock=clock, sleep=clock.sleep)
+    busy(share, clock, "heavy", requests=40, seconds=40.0)  # owes 40 - 20 - 1 = 19 s
+    other = at_once(share.admit("other"))  # still in flight while heavy asks
+
+    with pytest.raises(Problem) as refused:
+        asyncio.run(share.admit("heavy"))
+    assert refused.value.status == 429
+    assert refused.value.type == "too-many-requests"
+    retry = int(refused.value.headers["Retry-After"])
+    # 19 s owed at 0.5 s a second: 38 s to wait, 10 s of which it could have waited.
+    assert 28 <= retry <= 30
+    assert clock.slept == []  # refused at once, not after a wait
+    share.done(other)
+
+    clock.now += retry  # back when told: it waits (within the bound) instead of a refusal
+    share.done(at_once(share.admit("other")))
+
+    async def heavy_again() -> None:
+        share.done(await share.admit("heavy"))
+
+    asyncio.run(heavy_again())
+    assert 0 < sum(clock.slept) <= LONGEST_WAIT
+
+
+def test_a_keys_waiting_requests_go_in_one_at_a_time() -> None:
+    clock = Clock()
+    share = TimeShare(share=0.5, burst=1.0, clock=clock, sleep=clock.sleep)
+    for _ in range(16):  # its typical request: ~0.2 s; owing 0.6 s
+        busy(share, clock, "heavy", requests=1, seconds=0.2)
+    other = at_once(share.admit("other"))
+    let_in: list[float] = []
+
+    async def waits() -> None:
+        async def one() -> None:
+            permit = await share.admit("heavy")
+            let_in.append(clock.now)
+            await clock.sleep(0.2)  # its work
+            share.done(permit)
+
+        await asyncio.gather(one(), one(), one())
+
+    asyncio.run(waits())
+    share.done(other)
+    # Each waited for the one before to be charged and its account to fill again.
+    assert len(let_in) == 3
+    assert all(later - earlier > 0.1 for earlier, later in itertools.pairwise(let_in))
