@@ -75,6 +75,11 @@ async def test_a_job_of_a_killed_worker_is_run_again_elsewhere(
         job = await client.submit("count_to", {"n": 40, "pause": 0.05, "marks": str(marks)})
         with worker(sql_url) as process:
             await until_running(client, job.id)
+            # Running in the store is the claim; the kind's first line comes a moment later
+            # (on a loaded machine, later than the kill once was): killed once it is written.
+            async with asyncio.timeout(15):
+                while not (marks.exists() and marks.read_text()):
+                    await asyncio.sleep(0.02)
             process.send_signal(signal.SIGKILL)
             process.wait(timeout=10)
         killed_at = await client.get(job.id)
