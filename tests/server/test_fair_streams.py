@@ -25,6 +25,7 @@ from scrapeflow.db import create_engine
 from scrapeflow.sandbox import Sandbox
 from scrapeflow.server._keys import revoke_key, split_token
 
+from ._shared import parse_head
 from .conftest import Service, running_service
 
 FLOOD = 1_500
@@ -74,13 +75,7 @@ async def open_stream(url: str, path: str, token: str, *, last_event_id: str = "
     )
     await writer.drain()
     head = await asyncio.wait_for(reader.readuntil(b"\r\n\r\n"), 30)
-    lines = head.decode("latin-1").split("\r\n")
-    headers = {}
-    for line in lines[1:]:
-        name, _, value = line.partition(":")
-        if name:
-            headers[name.strip().lower()] = value.strip()
-    return Stream(int(lines[0].split()[1]), headers, reader, writer)
+    return Stream(*parse_head(head), reader, writer)
 
 
 async def next_event(stream: Stream, seconds: float) -> dict[str, str]:

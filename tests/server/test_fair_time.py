@@ -18,6 +18,7 @@ import pytest
 
 from scrapeflow.sandbox import Sandbox
 
+from ._shared import parse_head
 from .conftest import Service, running_service, service_database
 
 AT_ONCE = 200
@@ -68,16 +69,6 @@ async def flood(url: str, token: str, seconds: float, statuses: Counter[str]) ->
 
     await asyncio.gather(*(loop() for _ in range(AT_ONCE)))
     return retry_after
-
-
-def parse_head(head: bytes) -> tuple[int, dict[str, str]]:
-    lines = head.decode("latin-1").split("\r\n")
-    headers = {}
-    for line in lines[1:]:
-        name, _, value = line.partition(":")
-        if name:
-            headers[name.strip().lower()] = value.strip()
-    return int(lines[0].split()[1]), headers
 
 
 def test_a_key_alone_is_never_held_on_the_defaults(service: Service) -> None:
