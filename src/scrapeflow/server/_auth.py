@@ -39,6 +39,7 @@ __all__ = [
     "authenticate",
     "authenticate_scope",
     "bearer_token",
+    "has_route",
     "looked_up_unknown",
     "remember_unknown",
 ]
@@ -146,7 +147,7 @@ class Authenticate:
             scope["type"] != "http"
             or scope["method"] not in _WITH_BODY
             or not scope["path"].startswith("/v1/")
-            or not _has_route(scope)
+            or not has_route(scope)
             or known_key(scope) is not None  # found by the front gate
         ):
             await self.app(scope, receive, send)
@@ -166,7 +167,7 @@ class Authenticate:
         await self.app(scope, receive, send)
 
 
-def _has_route(scope: Scope) -> bool:
+def has_route(scope: Scope) -> bool:
     """Whether a route takes this method at this path: if none does, the router answers (404,
     405) as for any client, and nothing is read."""
     return any(route.matches(scope)[0] is Match.FULL for route in scope["app"].router.routes)

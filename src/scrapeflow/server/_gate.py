@@ -34,6 +34,7 @@ from scrapeflow.server._auth import (
     answer_problem,
     authenticate_scope,
     bearer_token,
+    has_route,
     remember,
     remember_unknown,
 )
@@ -98,16 +99,19 @@ class FrontGate:
         started = time.perf_counter()
         service: ServiceState = self.owner.state.service
         token = bearer_token(scope)
-        key = None
-        if token:
-            try:
-                key = await service.keys.authenticate(token)
-            except Exception:  # the app looks again, and answers as it answers any failure
-                await self.app(scope, receive, send)
-                return
+        if not token or not has_route(scope):
+            # No key, or no route to serve it (404, 405): the app answers as it answers any
+            # client. A token is looked up only for a request a route would serve, where a
+            # bad one is counted as a failed attempt.
+            await self.app(scope, receive, send)
+            return
+        try:
+            key = await service.keys.authenticate(token)
+        except Exception:  # the app looks again, and answers as it answers any failure
+            await self.app(scope, receive, send)
+            return
         if key is None:
-            if token:
-                remember_unknown(scope)  # the app's layers answer it without looking again
+            remember_unknown(scope)  # the app's layers answer it without looking again
             await self.app(scope, receive, send)
             return
         remember(scope, key)
