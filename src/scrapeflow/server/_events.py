@@ -39,6 +39,7 @@ from collections.abc import (
 )
 from dataclasses import dataclass
 from datetime import UTC, datetime
+from functools import partial
 from typing import Any
 
 from sqlalchemy import (
@@ -137,6 +138,9 @@ _TAIL_ROWS = 1_000
 _EVENT_WRITERS_LOCK = 0x5CF1E7E4
 """The PostgreSQL advisory lock the event writers of every process take turns on."""
 
+_Place = tuple[int, str | None, str | None, int]
+"""Where a stream reads: after which id, of which customer and job, how many at most."""
+
 Outbox = Callable[[Connection, Sequence[Event]], bool | None]
 """Writes what must be sent about new events, on the connection (and in the transaction) that
 stores them: the events a transaction stores together, in the order of their ids. True when it
@@ -168,6 +172,10 @@ class EventLog:
         self._watchers: dict[tuple[str, str], set[asyncio.Event]] = {}
         self._notices: EventNotices | None = None
         self._tail: asyncio.Task[None] | None = None
+        self._reads: dict[_Place, tuple[int, asyncio.Future[list[Event]]]] = {}
+        """The reads in flight by their place, with the wake-up count when each began: a
+        stream asking for the same place since the same wake-up joins it."""
+        self._wakes = 0
 
     @property
     def next_change(self) -> asyncio.Event:
@@ -348,6 +356,7 @@ class EventLog:
     ) -> None:
         """Wake the courier (``courier``: another process's events may have deliveries), and
         the streams of these customers and jobs (None: every one)."""
+        self._wakes += 1
         if courier:
             self._changed.set()
             self._changed = asyncio.Event()
@@ -410,19 +419,40 @@ class EventLog:
         job_id: str | None = None,
         limit: int = _READ,
     ) -> list[Event]:
-        query = (
-            select(events_table)
-            .where(events_table.c.id > after_id)
-            .order_by(events_table.c.id)
-            .limit(limit)
-        )
-        if customer is not None:
-            query = query.where(events_table.c.customer == customer)
-        if job_id is not None:
-            query = query.where(events_table.c.job_id == job_id)
-        # Shielded: a client that leaves mid-read cancels its stream, and a read cut there
-        # would drop its connection unclosed; the read ends by itself instead.
-        return await asyncio.shield(self._read(query))
+        """The events after ``after_id`` (of ``customer``, of ``job_id``), oldest first.
+
+        Streams woken together at the same place share one read: twenty streams of a
+        customer (a UI's tabs, or one key holding its cap) cost a query per batch of its
+        events, not twenty."""
+        place = (after_id, customer, job_id, limit)
+        shared = self._reads.get(place)
+        # Only a read begun since the last wake-up: one begun before may have missed the
+        # events that woke the stream asking now.
+        read = shared[1] if shared is not None and shared[0] == self._wakes else None
+        if read is None or read.done():
+            query = (
+                select(events_table)
+                .where(events_table.c.id > after_id)
+                .order_by(events_table.c.id)
+                .limit(limit)
+            )
+            if customer is not None:
+                query = query.where(events_table.c.customer == customer)
+            if job_id is not None:
+                query = query.where(events_table.c.job_id == job_id)
+            # A task of its own: a client that leaves mid-read cancels its stream, and a read
+            # cut there would drop its connection unclosed, and the read of the streams that
+            # share it; the read ends by itself instead.
+            read = asyncio.ensure_future(self._read(query))
+            self._reads[place] = (self._wakes, read)
+            read.add_done_callback(partial(self._read_done, place))
+        return list(await asyncio.shield(read))
+
+    def _read_done(self, place: _Place, read: asyncio.Future[list[Event]]) -> None:
+        if (shared := self._reads.get(place)) is not None and shared[1] is read:
+            del self._reads[place]
+        if not read.cancelled():
+            read.exception()  # told to the streams that waited; none may be left to ask
 
     async def _read(self, query: Any) -> list[Event]:
         async with self.engine.connect() as connection:
