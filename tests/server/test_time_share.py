@@ -6,13 +6,22 @@ from __future__ import annotations
 
 import asyncio
 import itertools
+import math
+import os
+import time
 from collections.abc import Coroutine
 from typing import Any
 
 import pytest
 
 from scrapeflow.server._problems import Problem
-from scrapeflow.server._timeshare import LONGEST_WAIT, MOST_IN_FLIGHT, Permit, TimeShare
+from scrapeflow.server._timeshare import (
+    LONGEST_WAIT,
+    MOST_IN_FLIGHT,
+    Permit,
+    Siblings,
+    TimeShare,
+)
 
 
 class Clock:
@@ -165,3 +174,44 @@ def test_a_keys_waiting_requests_go_in_one_at_a_time() -> None:
     # Each waited for the one before to be charged and its account to fill again.
     assert len(let_in) == 3
     assert all(later - earlier > 0.1 for earlier, later in itertools.pairwise(let_in))
+
+
+def test_a_key_alone_in_its_process_waits_while_another_process_serves_other_keys() -> None:
+    """The kernel hands connections to processes: a UI's few connections can all land on one
+    while a key's loops land on the other, where it looks alone."""
+    clock = Clock()
+    board = Siblings(2)
+    here = TimeShare(share=0.5, burst=1.0, clock=clock, sleep=clock.sleep, siblings=board)
+    for _ in range(40):  # 4 s alone in the whole service: never held
+        busy(here, clock, "heavy", requests=1, seconds=0.1)
+    assert clock.slept == []
+
+    board.place = 1  # the other process serves another key now
+    there = TimeShare(share=0.5, burst=1.0, clock=clock, sleep=clock.sleep, siblings=board)
+    there.done(at_once(there.admit("honest")))
+    board.place = 0
+
+    async def heavy_again() -> None:
+        here.done(await here.admit("heavy"))
+
+    asyncio.run(heavy_again())
+    assert sum(clock.slept) == pytest.approx(2.0)  # as if the other key had asked here
+
+    clock.now += 2  # the other process's key gone quiet for more than a second: alone again
+    clock.slept.clear()
+    busy(here, clock, "heavy", requests=1, seconds=3.0)
+    here.done(at_once(here.admit("heavy")))
+    assert clock.slept == []
+
+
+def test_forked_processes_see_each_others_keys() -> None:
+    board = Siblings(2)
+    pid = os.fork()
+    if pid == 0:  # the other process: it serves "honest" now
+        board.place = 1
+        board.post(("honest", time.monotonic()), ("", -math.inf))
+        os._exit(0)
+    assert os.waitpid(pid, 0)[1] == 0
+    since = time.monotonic() - 1
+    assert board.other_key_since("heavy", since)  # seen by the other process
+    assert not board.other_key_since("honest", since)  # its own key is not another's

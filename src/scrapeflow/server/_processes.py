@@ -30,6 +30,7 @@ import time
 from collections.abc import Callable
 
 from scrapeflow._util.logs import get_logger
+from scrapeflow.server._timeshare import Siblings, siblings
 
 __all__ = ["supervise"]
 
@@ -48,6 +49,8 @@ it serves; True when it served (False: it could not start)."""
 def supervise(serve: Serve, processes: int, announce: Callable[[], None]) -> int:
     """Run ``serve`` in ``processes`` forked processes; ``announce`` once all of them serve.
     The exit status: 0 after a stop asked by a signal, 1 when the service could not start."""
+    # What the processes tell each other (the keys each saw last): mapped before they fork.
+    board = siblings(processes)
     stopping = threading.Event()  # set by a signal (an Event: checked after blocking calls)
     children: dict[int, int] = {}  # pid -> its place (0 … processes-1)
 
@@ -60,7 +63,7 @@ def supervise(serve: Serve, processes: int, announce: Callable[[], None]) -> int
     def start(place: int) -> tuple[int, int]:
         """A process forked for ``place``, known to ``forward`` from its first instant: a
         signal while it starts stops it too (the supervisor would wait for it forever)."""
-        pid, read_end = _start(serve, place)
+        pid, read_end = _start(serve, place, board)
         children[pid] = place
         if stopping.is_set():  # the signal came between the fork and the line above
             forward(signal.SIGTERM, None)
@@ -100,12 +103,14 @@ def supervise(serve: Serve, processes: int, announce: Callable[[], None]) -> int
             signal.signal(signum, handler)
 
 
-def _start(serve: Serve, place: int) -> tuple[int, int]:
+def _start(serve: Serve, place: int, board: Siblings | None) -> tuple[int, int]:
     """Fork one service process; its pid and the pipe it reports it serves on."""
     read_end, write_end = os.pipe()
     pid = os.fork()
     if pid == 0:  # the service process
         os.close(read_end)
+        if board is not None:
+            board.place = place
         _die_with_supervisor()
         for signum in (signal.SIGTERM, signal.SIGINT):
             signal.signal(signum, signal.SIG_DFL)  # uvicorn installs its own when it serves

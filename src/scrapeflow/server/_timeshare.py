@@ -14,24 +14,41 @@ While another key's requests are in flight or came within the last :data:`BUSY_W
 request whose key is past its account (what its requests in flight have been charged so far
 counted) **waits its turn**, and so does one that would put more than
 :data:`MOST_IN_FLIGHT` of its key's requests in flight (the key's waiting requests in order,
-one at a time). A key alone is never held, however much it asks. A request that would wait
-more than :data:`LONGEST_WAIT` is answered 429 ``too-many-requests`` with ``Retry-After``
-instead: the wait is bounded, and so is what a key can queue.
+one at a time). A key alone on the service is never held, however much it asks. A request
+that would wait more than :data:`LONGEST_WAIT` is answered 429 ``too-many-requests`` with
+``Retry-After`` instead: the wait is bounded, and so is what a key can queue.
 
 The accounts are this process's: with several ``serve`` processes, a key has a share of each.
+Whether the service is shared is every process's question, though (:class:`Siblings`): the
+kernel hands each connection to one process, and a UI's few keep-alive connections can all
+land on one while a key's loops land on another; that process, seeing one key, would give it
+the whole process, and its core, which the others' clients needed.
 """
 
 from __future__ import annotations
 
 import asyncio
+import functools
+import hashlib
 import math
+import mmap
+import struct
 import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 
 from scrapeflow.server._problems import Problem
 
-__all__ = ["BUSY_WINDOW", "CHARGE_CAP", "LONGEST_WAIT", "MOST_IN_FLIGHT", "Permit", "TimeShare"]
+__all__ = [
+    "BUSY_WINDOW",
+    "CHARGE_CAP",
+    "LONGEST_WAIT",
+    "MOST_IN_FLIGHT",
+    "Permit",
+    "Siblings",
+    "TimeShare",
+    "siblings",
+]
 
 BUSY_WINDOW = 1.0
 """Seconds after another key's request during which the process counts as shared."""
@@ -46,6 +63,74 @@ _SHORTEST_WAIT = 0.002
 """The shortest wait for a turn, in seconds (a wait of nothing comes back to the same sum)."""
 _MAX_ACCOUNTS = 10_000
 """Accounts kept before idle, full ones are dropped."""
+
+
+class Siblings:
+    """The keys each ``serve`` process of a service saw last, and when, in memory the processes
+    share (mapped before they are forked): whether another key asks anywhere in the service.
+
+    Each process writes only its own place: its last two keys (hashed) and when it saw them.
+
+    >>> board = Siblings(2)
+    >>> board.post(("k1", 10.0), ("", -math.inf))
+    >>> board.place = 1
+    >>> board.other_key_since("k2", 9.5), board.other_key_since("k1", 9.5)
+    (True, False)
+    """
+
+    _SLOT = struct.Struct("<qdqd")
+
+    def __init__(self, processes: int) -> None:
+        self.processes = processes
+        self.place = 0
+        """This process's place (0 … processes-1), set in each process once forked."""
+        self._memory = mmap.mmap(-1, processes * self._SLOT.size)  # shared, anonymous
+        for place in range(processes):
+            self._SLOT.pack_into(self._memory, place * self._SLOT.size, 0, -math.inf, 0, -math.inf)
+
+    def post(self, latest: tuple[str, float], before: tuple[str, float]) -> None:
+        """This process's last two keys, and when it saw each."""
+        self._SLOT.pack_into(
+            self._memory,
+            self.place * self._SLOT.size,
+            _hashed(latest[0]),
+            latest[1],
+            _hashed(before[0]),
+            before[1],
+        )
+
+    def other_key_since(self, key_id: str, since: float) -> bool:
+        """Whether another process saw a key other than ``key_id`` at ``since`` or later."""
+        mine = _hashed(key_id)
+        for place in range(self.processes):
+            if place == self.place:
+                continue
+            latest, latest_at, before, before_at = self._SLOT.unpack_from(
+                self._memory, place * self._SLOT.size
+            )
+            if (latest != mine and latest_at >= since) or (before != mine and before_at >= since):
+                return True
+        return False
+
+
+@functools.lru_cache(maxsize=_MAX_ACCOUNTS)
+def _hashed(key_id: str) -> int:
+    """A key id as 8 bytes, the same in every process (``hash`` of a str is not, by design)."""
+    digest = hashlib.blake2b(key_id.encode(), digest_size=8).digest()
+    return int.from_bytes(digest, "little", signed=True)
+
+
+_siblings: Siblings | None = None
+
+
+def siblings(processes: int | None = None) -> Siblings | None:
+    """This service's board of processes: made by the supervisor, before it forks
+    ``processes`` of them (each then sets its :attr:`Siblings.place`); None in a service of
+    one process."""
+    global _siblings
+    if processes is not None:
+        _siblings = Siblings(processes) if processes > 1 else None
+    return _siblings
 
 
 @dataclass(slots=True)
@@ -90,8 +175,11 @@ class TimeShare:
         *,
         clock: Callable[[], float] = time.monotonic,
         sleep: Callable[[float], Awaitable[object]] = asyncio.sleep,
+        siblings: Siblings | None = None,
     ) -> None:
         self.share = share
+        self.siblings = siblings
+        """The service's other processes (None: this one is the service)."""
         self.burst = burst
         self.clock = clock
         self.sleep = sleep
@@ -145,12 +233,17 @@ class TimeShare:
         return self._shared_time
 
     def shared(self, key_id: str, now: float) -> bool:
-        """Whether another key's requests are in flight, or came within :data:`BUSY_WINDOW`."""
+        """Whether another key's requests are in flight, or came within :data:`BUSY_WINDOW`,
+        here or in another process of the service."""
         account = self._accounts.get(key_id)
         if self.in_flight > (account.in_flight if account else 0):
             return True
         other = self._before if self._latest[0] == key_id else self._latest
-        return now - other[1] < BUSY_WINDOW
+        if now - other[1] < BUSY_WINDOW:
+            return True
+        return self.siblings is not None and self.siblings.other_key_since(
+            key_id, now - BUSY_WINDOW
+        )
 
     def _owed(self, account: _Account, now: float) -> float:
         """Seconds the key is past its account, counting what its requests in flight have
@@ -210,3 +303,5 @@ class TimeShare:
         if self._latest[0] != key_id:
             self._before = self._latest
         self._latest = (key_id, now)
+        if self.siblings is not None:
+            self.siblings.post(self._latest, self._before)
