@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 from datetime import UTC, datetime
 
 from scrapeflow.jobs import Job, JobState
@@ -37,5 +38,7 @@ def test_a_page_written_straight_is_the_bytes_the_model_writes() -> None:
     ]
     for next_before in (None, "j1"):
         model = JobList(jobs=[JobSummaryOut.of(j) for j in jobs], next_before=next_before)
-        assert JobList.json_of(jobs, next_before) == model.model_dump_json().encode()
-    assert JobList.json_of([], None) == b'{"jobs":[],"next_before":null}'
+        for part in (1, 2, 100):  # written in parts or whole: the same bytes
+            written = asyncio.run(JobList.json_of(jobs, next_before, part=part))
+            assert written == model.model_dump_json().encode()
+    assert asyncio.run(JobList.json_of([], None)) == b'{"jobs":[],"next_before":null}'

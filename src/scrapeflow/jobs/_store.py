@@ -58,7 +58,7 @@ from scrapeflow.jobs._workerwrites import WorkerWrites
 __all__ = ["JobStore", "SqlJobStore"]
 
 _SUMMARY = [c for c in jobs_table.c if c.name not in ("params", "result")]
-_SUMMARY_PART = 100
+_SUMMARY_PART = 50
 """Rows of a listing made into jobs at a time (the loop serves others between two parts)."""
 
 

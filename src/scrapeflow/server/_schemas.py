@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Sequence
 from datetime import date, datetime
 from decimal import Decimal
@@ -196,6 +197,10 @@ def _shown(value: Any, depth: int = 0) -> Any:
     return value
 
 
+_JSON_PART = 100
+"""Jobs of a listing written at a time (the loop serves others between two parts)."""
+
+
 class JobList(BaseModel):
     jobs: list[JobSummaryOut]
     """Summaries: no params nor results (``GET /v1/jobs/{id}`` for one job whole)."""
@@ -203,11 +208,20 @@ class JobList(BaseModel):
     """Pass as ``before`` for the next (older) page; null at the end."""
 
     @staticmethod
-    def json_of(jobs: Sequence[Job], next_before: str | None) -> bytes:
+    async def json_of(
+        jobs: Sequence[Job], next_before: str | None, *, part: int = _JSON_PART
+    ) -> bytes:
         """The list as JSON, written straight from the jobs: the bytes this model writes,
-        without a model per job (a page of 500 is a listing loop's whole cost)."""
-        page = {"jobs": [_summary(job) for job in jobs], "next_before": next_before}
-        return orjson.dumps(page, option=orjson.OPT_UTC_Z)
+        without a model per job (a page of 500 is a listing loop's whole cost). Written
+        ``part`` jobs at a time, the loop serving other requests between two parts: a client
+        listing in a loop does not hold it for a whole page at once."""
+        written: list[bytes] = []
+        for start in range(0, len(jobs), part):
+            if start:
+                await asyncio.sleep(0)
+            summaries = [_summary(job) for job in jobs[start : start + part]]
+            written.append(orjson.dumps(summaries, option=orjson.OPT_UTC_Z)[1:-1])
+        return b'{"jobs":[%b],"next_before":%b}' % (b",".join(written), orjson.dumps(next_before))
 
 
 class AccessOut(BaseModel):

@@ -117,7 +117,7 @@ async def list_jobs(
     )
     page = found[:limit]
     next_before = page[-1].id if len(found) > limit else None
-    return Response(JobList.json_of(page, next_before), media_type="application/json")
+    return Response(await JobList.json_of(page, next_before), media_type="application/json")
 
 
 @router.get("/{job_id}", response_model=JobOut)
