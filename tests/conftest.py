@@ -7,7 +7,7 @@ import os
 
 import pytest
 
-pytest_plugins = ["tests._servers", "tests._databases"]
+pytest_plugins = ["tests._servers", "tests._databases", "tests._watchdog"]
 
 _PROXY_VARS = ("HTTP_PROXY", "HTTPS_PROXY", "ALL_PROXY", "NO_PROXY")
 _SERVICE_VARS = ("WEBSHARE_API_KEY", "IPROYAL_API_KEY", "IPROYAL_ORDER_ID")

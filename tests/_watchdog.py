@@ -1,0 +1,82 @@
+"""A test that outlives its timeout and its cleanup ends its process (a pytest plugin).
+
+pytest-timeout's ``signal`` method fails a test that runs past its timeout by raising inside it,
+which lets the test clean up; but a cleanup that waits forever (an executor's thread blocked in a
+socket, a ``finally`` waiting on a process) holds the whole run until CI's own limit, and nothing
+says which test it was. So each test also arms :func:`faulthandler.dump_traceback_later` at its
+timeout plus :data:`GRACE`: past it, every thread's stack is written to a file and the process
+exits. Under pytest-xdist the controller reports "worker crashed while running <test>", starts a
+new worker, and prints the stacks at the end of the run (:func:`pytest_terminal_summary`).
+"""
+
+from __future__ import annotations
+
+import faulthandler
+import os
+import shutil
+import tempfile
+from collections.abc import Iterator
+from pathlib import Path
+from typing import IO
+
+import pytest
+
+GRACE = 60.0  # seconds after the test's own timeout
+_DIR_VARIABLE = "PYTEST_SCRAPEFLOW_HANG_DIR"  # the controller's, inherited by its workers
+_file: IO[str] | None = None
+_made: str | None = None  # the directory, in the process that made it
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    global _file, _made
+    directory = os.environ.get(_DIR_VARIABLE)
+    if directory is None:  # the controller, or a run without workers
+        directory = _made = tempfile.mkdtemp(prefix="scrapeflow-test-hangs-")
+        os.environ[_DIR_VARIABLE] = directory
+    worker = os.environ.get("PYTEST_XDIST_WORKER", "main")
+    _file = open(Path(directory) / f"{worker}-{os.getpid()}.txt", "w")  # noqa: SIM115
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_protocol(item: pytest.Item) -> Iterator[None]:
+    marker = item.get_closest_marker("timeout")
+    timeout = float(marker.args[0]) if marker and marker.args else _ini_timeout(item.config)
+    if _file is not None and timeout > 0:
+        _file.write(f"\n{item.nodeid} ran past {timeout:.0f} s + {GRACE:.0f} s:\n")
+        _file.flush()
+        faulthandler.dump_traceback_later(timeout + GRACE, exit=True, file=_file)
+    try:
+        return (yield)
+    finally:
+        faulthandler.cancel_dump_traceback_later()
+        if _file is not None:
+            _file.seek(0)
+            _file.truncate()
+
+
+def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:
+    directory = os.environ.get(_DIR_VARIABLE)
+    if directory is None:
+        return
+    for dump in sorted(Path(directory).glob("*.txt")):
+        text = dump.read_text(errors="replace").strip()
+        if "Thread 0x" in text or "Current thread" in text:
+            terminalreporter.section(f"a test that hung ({dump.name})", sep="-", red=True)
+            terminalreporter.write_line(text)
+
+
+def pytest_unconfigure(config: pytest.Config) -> None:
+    global _file
+    if _file is not None:
+        _file.close()
+        _file = None
+    if _made is not None:
+        shutil.rmtree(_made, ignore_errors=True)
+        os.environ.pop(_DIR_VARIABLE, None)
+
+
+def _ini_timeout(config: pytest.Config) -> float:
+    try:
+        return float(config.getini("timeout") or 0)
+    except ValueError:
+        return 0.0
