@@ -51,7 +51,7 @@ def create_app(settings: Settings) -> FastAPI:
         from scrapeflow.server._fairuse import JobQuota, StreamSlots
         from scrapeflow.server._keyring import KeyRing
         from scrapeflow.server._keys import open_keys
-        from scrapeflow.server._timeshare import TimeShare, siblings
+        from scrapeflow.server._timeshare import TimeShare, mapped_siblings
         from scrapeflow.server._watch import ServiceWatchdog
         from scrapeflow.server._webhooks import Webhooks
         from scrapeflow.server._work import job_queue
@@ -91,7 +91,7 @@ def create_app(settings: Settings) -> FastAPI:
                         per_key=settings.max_streams_per_key, total=settings.max_streams
                     ),
                     job_quota=JobQuota(settings.max_jobs_per_key),
-                    time_share=TimeShare(settings.key_time_share, siblings=siblings()),
+                    time_share=TimeShare(settings.key_time_share, siblings=mapped_siblings()),
                 )
                 async with (
                     ServiceWatchdog(queue, sessions, settings),

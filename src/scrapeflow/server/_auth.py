@@ -147,8 +147,8 @@ class Authenticate:
             scope["type"] != "http"
             or scope["method"] not in _WITH_BODY
             or not scope["path"].startswith("/v1/")
+            or known_key(scope) is not None  # found by the front gate (its route matched)
             or not has_route(scope)
-            or known_key(scope) is not None  # found by the front gate
         ):
             await self.app(scope, receive, send)
             return

@@ -30,7 +30,7 @@ import time
 from collections.abc import Callable
 
 from scrapeflow._util.logs import get_logger
-from scrapeflow.server._timeshare import Siblings, siblings
+from scrapeflow.server._timeshare import Siblings, map_siblings
 
 __all__ = ["supervise"]
 
@@ -50,7 +50,7 @@ def supervise(serve: Serve, processes: int, announce: Callable[[], None]) -> int
     """Run ``serve`` in ``processes`` forked processes; ``announce`` once all of them serve.
     The exit status: 0 after a stop asked by a signal, 1 when the service could not start."""
     # What the processes tell each other (the keys each saw last): mapped before they fork.
-    board = siblings(processes)
+    board = map_siblings(processes)
     stopping = threading.Event()  # set by a signal (an Event: checked after blocking calls)
     children: dict[int, int] = {}  # pid -> its place (0 … processes-1)
 

@@ -47,7 +47,8 @@ __all__ = [
     "Permit",
     "Siblings",
     "TimeShare",
-    "siblings",
+    "map_siblings",
+    "mapped_siblings",
 ]
 
 BUSY_WINDOW = 1.0
@@ -120,17 +121,21 @@ def _hashed(key_id: str) -> int:
     return int.from_bytes(digest, "little", signed=True)
 
 
-_siblings: Siblings | None = None
+_board: Siblings | None = None
 
 
-def siblings(processes: int | None = None) -> Siblings | None:
-    """This service's board of processes: made by the supervisor, before it forks
-    ``processes`` of them (each then sets its :attr:`Siblings.place`); None in a service of
+def map_siblings(processes: int) -> Siblings | None:
+    """Map the board of a service of ``processes`` processes: the supervisor does, before it
+    forks them (each then sets its :attr:`Siblings.place`). None for a service of one."""
+    global _board
+    _board = Siblings(processes) if processes > 1 else None
+    return _board
+
+
+def mapped_siblings() -> Siblings | None:
+    """The board the supervisor mapped before it forked this process; None in a service of
     one process."""
-    global _siblings
-    if processes is not None:
-        _siblings = Siblings(processes) if processes > 1 else None
-    return _siblings
+    return _board
 
 
 @dataclass(slots=True)
