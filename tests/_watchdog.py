@@ -15,6 +15,7 @@ import faulthandler
 import os
 import shutil
 import tempfile
+import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import IO
@@ -25,6 +26,8 @@ GRACE = 60.0  # seconds after the test's own timeout
 _DIR_VARIABLE = "PYTEST_SCRAPEFLOW_HANG_DIR"  # the controller's, inherited by its workers
 _file: IO[str] | None = None
 _made: str | None = None  # the directory, in the process that made it
+_deadline: float | None = None  # when the running test's process is ended
+_header = ""  # the running test's name, first in the dump file
 
 
 def pytest_configure(config: pytest.Config) -> None:
@@ -39,19 +42,42 @@ def pytest_configure(config: pytest.Config) -> None:
 
 @pytest.hookimpl(wrapper=True)
 def pytest_runtest_protocol(item: pytest.Item) -> Iterator[None]:
+    global _deadline, _header
     marker = item.get_closest_marker("timeout")
     timeout = float(marker.args[0]) if marker and marker.args else _ini_timeout(item.config)
     if _file is not None and timeout > 0:
-        _file.write(f"\n{item.nodeid} ran past {timeout:.0f} s + {GRACE:.0f} s:\n")
-        _file.flush()
-        faulthandler.dump_traceback_later(timeout + GRACE, exit=True, file=_file)
+        _header = f"\n{item.nodeid} ran past {timeout:.0f} s + {GRACE:.0f} s:\n"
+        _deadline = time.monotonic() + timeout + GRACE
+        _arm(timeout + GRACE)
     try:
         return (yield)
     finally:
+        _deadline = None
         faulthandler.cancel_dump_traceback_later()
         if _file is not None:
             _file.seek(0)
             _file.truncate()
+
+
+@pytest.hookimpl(trylast=True)
+def pytest_exception_interact() -> None:
+    """Armed again after pytest's own faulthandler plugin disarmed it for a failed phase (it
+    does, for a debugger's sake): the failure pytest-timeout raises is such a phase, and the
+    cleanup after it is what hangs."""
+    if _deadline is not None:
+        _arm(max(_deadline - time.monotonic(), 1.0))
+
+
+def _arm(seconds: float) -> None:
+    """Past ``seconds``, every thread's stack after the test's name in the dump file, and
+    the process ends."""
+    if _file is None:
+        return
+    _file.seek(0)
+    _file.truncate()
+    _file.write(_header)
+    _file.flush()
+    faulthandler.dump_traceback_later(seconds, exit=True, file=_file)
 
 
 def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:
