@@ -3,16 +3,25 @@
 from __future__ import annotations
 
 import asyncio
-import contextlib
+from typing import Any
 
 __all__ = ["stop_task"]
 
 
-async def stop_task(task: asyncio.Task[None] | None) -> None:
+async def stop_task(task: asyncio.Task[Any] | None) -> None:
     """Cancel ``task`` and wait until it has ended (None: nothing to stop). What it raised
-    besides the cancellation propagates; a caller being cancelled meanwhile still is."""
+    besides the cancellation propagates; a caller being cancelled meanwhile still is.
+
+    The usual ``with suppress(CancelledError): await task`` swallows the caller's own
+    cancellation too, when it lands during the wait: the caller then carries on as if nothing
+    had been asked, and a shutdown that cancels each task once (``asyncio.run``'s) can wait
+    forever for it."""
     if task is None:
         return
     task.cancel()
-    with contextlib.suppress(asyncio.CancelledError):
+    try:
         await task
+    except asyncio.CancelledError:
+        current = asyncio.current_task()
+        if current is not None and current.cancelling():
+            raise  # the caller was cancelled, not only the task it stopped

@@ -11,7 +11,6 @@ stop wherever it lands — read as one piece, whatever the launch does with what
 from __future__ import annotations
 
 import asyncio
-import contextlib
 from collections.abc import Awaitable, Callable
 from functools import partial
 from typing import TypeVar
@@ -19,6 +18,7 @@ from typing import TypeVar
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncSession
 
 from scrapeflow._util.logs import get_logger
+from scrapeflow._util.tasks import stop_task
 from scrapeflow.banking._reports import LaunchLimits
 from scrapeflow.banking._results import ResultCode
 from scrapeflow.banking._state import (
@@ -69,10 +69,7 @@ class LaunchClaims:
     async def close(self) -> None:
         if self._giving_back:  # they write through the queue: before it closes
             await asyncio.gather(*self._giving_back, return_exceptions=True)
-        if self._heartbeat is not None:
-            self._heartbeat.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self._heartbeat
+        await stop_task(self._heartbeat)
 
     async def write(self, write: Callable[[AsyncSession], Awaitable[T]]) -> T:
         """A state change of the launcher's own, through the write queue: in a transaction the

@@ -54,6 +54,7 @@ from sqlalchemy.ext.asyncio import AsyncEngine
 
 from scrapeflow._util.logs import get_logger
 from scrapeflow._util.redact import redact
+from scrapeflow._util.tasks import stop_task
 from scrapeflow.errors import JobNotFound
 from scrapeflow.jobs._delivery import DeliveryRunner
 from scrapeflow.jobs._dispatch import (
@@ -280,10 +281,7 @@ class ProcrastinateJobQueue(StoredJobs):
         """Take no new job; let running ones finish within ``grace`` seconds, then put them
         back in the queue, where another worker takes them."""
         sweeper, self._sweeper = self._sweeper, None
-        if sweeper is not None:
-            sweeper.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await sweeper
+        await stop_task(sweeper)
         worker, self._worker = self._worker, None
         if worker is not None:
             worker.cancel()
@@ -292,14 +290,13 @@ class ProcrastinateJobQueue(StoredJobs):
                 async with asyncio.timeout(self.grace + 15):
                     await worker
             except asyncio.CancelledError:
-                pass
+                current = asyncio.current_task()
+                if current is not None and current.cancelling():
+                    raise  # this stop was cancelled itself (see stop_task)
             except Exception as exc:
                 _log.error("job worker stopped badly", error=redact(repr(exc)))
         watch, self._watch = self._watch, None  # after the runs: they beat until they end
-        if watch is not None:
-            watch.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await watch
+        await stop_task(watch)
 
     # -- the JobQueue interface ------------------------------------------------------------
 

@@ -41,6 +41,7 @@ from typing import Any, Protocol
 
 from scrapeflow._util.logs import get_logger
 from scrapeflow._util.redact import redact
+from scrapeflow._util.tasks import stop_task
 from scrapeflow.errors import InputError, JobNotFound, UnknownJobKind
 from scrapeflow.jobs._model import Job, JobScope, JobState, JobTally
 from scrapeflow.jobs._reads import StoredJobs
@@ -304,11 +305,8 @@ class EmbeddedJobQueue(StoredJobs):
         self.stop_taking()
         assert self._stop_asked is not None
         grace = max(0.0, grace - (asyncio.get_running_loop().time() - self._stop_asked))
-        if self._loop is not None:
-            self._loop.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self._loop
-            self._loop = None
+        loop, self._loop = self._loop, None
+        await stop_task(loop)
         tasks = [task for task, _ in self._running.values()]
         if tasks:
             await asyncio.wait(tasks, timeout=grace)

@@ -29,6 +29,7 @@ from sqlalchemy import select, update
 from sqlalchemy.ext.asyncio import AsyncEngine
 
 from scrapeflow._util.logs import get_logger
+from scrapeflow._util.tasks import stop_task
 from scrapeflow.db import QuickReads
 from scrapeflow.server._keys import ApiKey, find_key, keys_table, split_token
 
@@ -74,11 +75,8 @@ class KeyRing:
         error: BaseException | None,
         trace: TracebackType | None,
     ) -> None:
-        if self._watcher is not None:
-            self._watcher.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self._watcher
-            self._watcher = None
+        watcher, self._watcher = self._watcher, None
+        await stop_task(watcher)
         with contextlib.suppress(Exception):  # the database may be gone at shutdown
             await self._write_last_used()
 
