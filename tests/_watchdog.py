@@ -7,8 +7,9 @@ says which test it was. So each test also arms :func:`faulthandler.dump_tracebac
 timeout plus :data:`GRACE`: past it, every thread's stack is written to a file (after the
 running event loops' tasks and where each waits, which a thread's stack, stuck in ``select``,
 does not show) and the process exits. pytest's own faulthandler plugin disarms the timer when a
-phase fails; it is armed again then (:func:`pytest_exception_interact`). Under pytest-xdist the controller reports "worker crashed while running <test>", starts a
-new worker, and prints the stacks at the end of the run (:func:`pytest_terminal_summary`).
+phase fails; it is armed again then (:func:`pytest_exception_interact`). Under pytest-xdist
+the controller reports "worker crashed while running <test>", starts a new worker, and prints
+the stacks at the end of the run (:func:`pytest_terminal_summary`).
 """
 
 from __future__ import annotations
