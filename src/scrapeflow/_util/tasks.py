@@ -5,7 +5,7 @@ from __future__ import annotations
 import asyncio
 from typing import Any
 
-__all__ = ["stop_task"]
+__all__ = ["reraise_if_cancelling", "stop_task"]
 
 
 async def stop_task(task: asyncio.Task[Any] | None) -> None:
@@ -22,6 +22,12 @@ async def stop_task(task: asyncio.Task[Any] | None) -> None:
     try:
         await task
     except asyncio.CancelledError:
-        current = asyncio.current_task()
-        if current is not None and current.cancelling():
-            raise  # the caller was cancelled, not only the task it stopped
+        reraise_if_cancelling()
+
+
+def reraise_if_cancelling() -> None:
+    """In an ``except CancelledError`` that waited for another task: raise again when the
+    current task was cancelled itself, not only the task it waited for."""
+    current = asyncio.current_task()
+    if current is not None and current.cancelling():
+        raise  # the CancelledError being handled

@@ -54,7 +54,7 @@ from sqlalchemy.ext.asyncio import AsyncEngine
 
 from scrapeflow._util.logs import get_logger
 from scrapeflow._util.redact import redact
-from scrapeflow._util.tasks import stop_task
+from scrapeflow._util.tasks import reraise_if_cancelling, stop_task
 from scrapeflow.errors import JobNotFound
 from scrapeflow.jobs._delivery import DeliveryRunner
 from scrapeflow.jobs._dispatch import (
@@ -290,9 +290,7 @@ class ProcrastinateJobQueue(StoredJobs):
                 async with asyncio.timeout(self.grace + 15):
                     await worker
             except asyncio.CancelledError:
-                current = asyncio.current_task()
-                if current is not None and current.cancelling():
-                    raise  # this stop was cancelled itself (see stop_task)
+                reraise_if_cancelling()  # the worker ended; this stop goes on unless cancelled
             except Exception as exc:
                 _log.error("job worker stopped badly", error=redact(repr(exc)))
         watch, self._watch = self._watch, None  # after the runs: they beat until they end
