@@ -414,11 +414,30 @@ def test_sigterm_while_the_inputs_are_checked_is_an_interrupt_too(tmp_path: Path
     # A list of 400,000 URLs takes a while to check; SIGTERM then is exit 130, not a kill.
     urls_file = tmp_path / "urls.txt"
     urls_file.write_text("".join(f"http://127.0.0.1:1/{n}\n" for n in range(400_000)))
-    proc = start("run", str(urls_file), "--dir", str(tmp_path / "o"))
-    time.sleep(1.5)
-    proc.send_signal(signal.SIGTERM)
-    _, stderr = proc.communicate(timeout=10)
+    out = tmp_path / "o"
+    proc = start("run", str(urls_file), "--dir", str(out))
+    try:
+        deadline = time.monotonic() + 60
+        while not catches(proc.pid, signal.SIGTERM):  # the command has begun
+            assert proc.poll() is None and time.monotonic() < deadline
+            time.sleep(0.01)
+        time.sleep(0.3)
+        assert not out.exists()  # the run has not: the inputs are being checked
+        proc.send_signal(signal.SIGTERM)
+        _, stderr = proc.communicate(timeout=10)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.communicate()
     assert proc.returncode == 130, stderr
+    assert not out.exists()
+
+
+def catches(pid: int, signum: int) -> bool:
+    """Whether process ``pid`` has a handler of its own for ``signum`` (Linux's SigCgt)."""
+    with open(f"/proc/{pid}/status") as status:
+        caught = next(line for line in status if line.startswith("SigCgt:"))
+    return bool(int(caught.split()[1], 16) >> (signum - 1) & 1)
 
 
 def test_version_and_a_bare_group_print_what_was_asked() -> None:

@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+import signal
 from pathlib import Path
 from typing import Annotated
 
 import typer
 from rich.text import Text
 
+from scrapeflow._util.interrupts import terminate
 from scrapeflow.cli._common import (
     EXIT_FAILED,
     EXIT_INTERRUPTED,
@@ -68,7 +70,9 @@ def run(
 
     A second run skips what succeeded, so an interrupted run resumes where it stopped.
     """
-    _sigterm_interrupts()
+    # SIGTERM stops it like Ctrl-C (exit 130) from the start, while the inputs are checked too;
+    # during the run itself the engine's loop turns it into a clean cancel.
+    signal.signal(signal.SIGTERM, terminate)
     config = settings(
         ctx,
         parallelism=parallelism,
@@ -118,14 +122,3 @@ def run(
         out.print(http_table(progress.http_stats))
     out.print(Text(f"status files in {dir}"))
     raise typer.Exit(EXIT_FAILED if progress.failed else 0)
-
-
-def _sigterm_interrupts() -> None:
-    """SIGTERM stops the command like Ctrl-C (exit 130) from the start, while the inputs are
-    checked too; during the run itself the engine's loop turns it into a clean cancel."""
-    import signal
-
-    def interrupt(signum: int, frame: object) -> None:
-        raise KeyboardInterrupt
-
-    signal.signal(signal.SIGTERM, interrupt)

@@ -46,10 +46,11 @@ import time
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from multiprocessing import reduction
-from types import FrameType, TracebackType
+from types import TracebackType
 from typing import Any
 
 from scrapeflow._util.atomic import pid_alive
+from scrapeflow._util.interrupts import sigterm_interrupts
 from scrapeflow.errors import ConfigError
 from scrapeflow.fetch._input import FetchItem
 from scrapeflow.fetch._pipeline import STOP_GRACE, FetchReport, fetch_share, redis_stream
@@ -126,7 +127,7 @@ class FetchRun:
         if self._forks:
             _worker_context()  # the fork server imports while this process checks and locks
         try:
-            with _sigterm_interrupts():
+            with sigterm_interrupts():
                 asyncio.run(self._prepare())
         except BaseException:
             self._stop_fork_server()
@@ -218,7 +219,7 @@ class FetchRun:
         size = -(-len(self.todo) // processes)
         parts = [self.todo[i : i + size] for i in range(0, len(self.todo), size)]
         workers: list[_Worker] = []
-        with _sigterm_interrupts():
+        with sigterm_interrupts():
             try:
                 for row, part in enumerate(parts):
                     receive, send = context.Pipe(duplex=False)
@@ -422,24 +423,6 @@ class _Inherited:
 
 def _rebuild_inherited(dup: Any) -> _Inherited:
     return _Inherited(dup.detach())
-
-
-@contextlib.contextmanager
-def _sigterm_interrupts() -> Iterator[None]:
-    """SIGTERM raises ``KeyboardInterrupt`` in the main thread, as Ctrl-C does (elsewhere: as
-    it was)."""
-    if threading.current_thread() is not threading.main_thread():
-        yield
-        return
-
-    def interrupt(signum: int, frame: FrameType | None) -> None:
-        raise KeyboardInterrupt
-
-    previous = signal.signal(signal.SIGTERM, interrupt)
-    try:
-        yield
-    finally:
-        signal.signal(signal.SIGTERM, previous)
 
 
 @contextlib.contextmanager
