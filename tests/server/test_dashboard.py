@@ -52,8 +52,16 @@ ZONE = "America/New_York"
 was converted and says so (EST or EDT)."""
 
 
+EXPECT_TIMEOUT_MS = 15_000
+"""How long an ``expect`` waits for the page (Playwright's default is 5 s): the suite runs the
+service, its sandbox and Chromium beside other tests on two cores, where one answer of the
+service may take seconds. A page that is right passes as soon as it is; only a wrong one waits
+this long."""
+
+
 def chromium() -> Iterator[Browser]:
     """Headless Chromium (Debian's)."""
+    expect.set_options(timeout=EXPECT_TIMEOUT_MS)
     found = shutil.which("chromium") or shutil.which("chromium-browser")
     if found is None:
         unavailable("chromium is not installed")
