@@ -12,13 +12,12 @@ from __future__ import annotations
 
 import os
 import stat
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 
 from scrapeflow.urllist import url_key
+from tests._cli import run_cli
 
 URL = "http://127.0.0.1:9/a"  # never fetched: every case is refused first
 KEY = url_key(URL)
@@ -70,14 +69,7 @@ def check_refused(args: list[str], message: str, workspace: dict[str, str]) -> N
     root = Path(workspace["root"])
     before = tree(root)
     filled = [arg.format(**workspace) for arg in args]
-    result = subprocess.run(
-        [sys.executable, "-m", "scrapeflow", *filled],
-        capture_output=True,
-        text=True,
-        timeout=30,
-        stdin=subprocess.DEVNULL,
-        env={**os.environ, "COLUMNS": "300"},
-    )
+    result = run_cli(filled, timeout=30, env={**os.environ, "COLUMNS": "300"})
     lines = result.stderr.strip().splitlines()
     assert result.returncode == 2, result.stderr
     assert len(lines) == 1 and lines[0].startswith("error: "), result.stderr

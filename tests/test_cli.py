@@ -22,17 +22,12 @@ from aiohttp import web
 
 from scrapeflow.sandbox import serve_in_thread
 from scrapeflow.status import load_status_file
+from tests._cli import run_cli
 from tests._tinyproxy import free_port
 
 
 def cli(*args: str, timeout: float = 60) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, "-m", "scrapeflow", *args],
-        capture_output=True,
-        text=True,
-        timeout=timeout,
-        env={**os.environ, "COLUMNS": "200"},
-    )
+    return run_cli(args, timeout=timeout, env={**os.environ, "COLUMNS": "200"})
 
 
 def start(*args: str) -> subprocess.Popen[str]:

@@ -1,10 +1,10 @@
 """The bad-input corpus of ``scrapeflow bank …``: every case exits 2 with one line on stderr
 naming what is wrong, and changes nothing stored.
 
-Each case runs the real command (a subprocess) on a copy of one database where customer ``ana``
-has an access at the sandbox's apibank whose last refresh succeeded: a refusal must leave that
-result, its counts and its times as they were, and write no launch log. A command added to
-``scrapeflow bank`` gets its cases here (a row of :data:`CASES`).
+Each case runs the real command, in a process of its own (``tests/_cli.py``), on a copy of one
+database where customer ``ana`` has an access at the sandbox's apibank whose last refresh
+succeeded: a refusal must leave that result, its counts and its times as they were, and write no
+launch log. A command added to ``scrapeflow bank`` gets its cases here (a row of :data:`CASES`).
 """
 
 from __future__ import annotations
@@ -15,8 +15,6 @@ import os
 import shutil
 import socket
 import sqlite3
-import subprocess
-import sys
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -32,6 +30,7 @@ from scrapeflow.banking import (
 )
 from scrapeflow.db import create_engine, session_factory
 from scrapeflow.sandbox import Sandbox, SandboxAdmin, SandboxConfig
+from tests._cli import run_cli
 
 KEY = CredentialVault.generate_key()
 NOT_UTF8 = b"ana\xff"
@@ -433,11 +432,11 @@ def test_bad_input_exits_2_with_one_line_and_changes_nothing(
     files = [world.db, tmp_path / "other.db"]
     before = {p: _stored(p) for p in files if p.exists()}
 
-    done = subprocess.run(
-        [sys.executable, "-m", "scrapeflow", "bank", *(_fill(a, world) for a in case.args)],
+    done = run_cli(
+        ["bank", *(_fill(a, world) for a in case.args)],
         input=case.stdin,
-        capture_output=True,
         env=world.env,
+        text=False,
         timeout=60,
     )
     stderr = done.stderr.decode("utf-8", "replace")

@@ -22,6 +22,7 @@ import pytest
 from scrapeflow.banking import CredentialVault, add_access, add_customer, migrate
 from scrapeflow.db import create_engine, session_factory
 from scrapeflow.sandbox import BankTruth, CustomerLogin, Sandbox, SandboxAdmin
+from tests._cli import run_cli
 
 from . import _harness as h
 
@@ -50,14 +51,8 @@ class Cli:
     def __call__(
         self, *args: str, stdin: str = "", env: dict | None = None, timeout: float = 90
     ) -> subprocess.CompletedProcess[str]:
-        done = subprocess.run(
-            self.argv(*args),
-            input=stdin,
-            capture_output=True,
-            text=True,
-            env=env or self.env,
-            timeout=timeout,
-        )
+        command = ["bank", "--sandbox", str(self.manifest), *args]
+        done = run_cli(command, input=stdin, env=env or self.env, timeout=timeout)
         self.outputs += [done.stdout, done.stderr]
         return done
 

@@ -11,12 +11,12 @@ from __future__ import annotations
 
 import os
 import re
-import subprocess
-import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 
 import pytest
+
+from tests._cli import run_cli
 
 
 @dataclass(frozen=True)
@@ -181,7 +181,7 @@ def test_bad_input_is_one_line_exit_2_and_writes_nothing(case: Case, tmp_path: P
     if case.root_toml is not None:
         (work / "scrapeflow.toml").write_text(case.root_toml)
         root = ["--config", str(work / "scrapeflow.toml")]
-    command = [sys.executable, "-m", "scrapeflow", *root, "fetch", listing, "--fetch-id", "1"]
+    command = [*root, "fetch", listing, "--fetch-id", "1"]
     if "--store" not in case.args:
         command += ["--store", store]
     if case.toml is not None:
@@ -190,14 +190,8 @@ def test_bad_input_is_one_line_exit_2_and_writes_nothing(case: Case, tmp_path: P
     command += list(case.args)
     before = _snapshot(tmp_path)
 
-    result = subprocess.run(
-        command,
-        capture_output=True,
-        text=True,
-        cwd=work,
-        env={**os.environ, "COLUMNS": "300", **case.env},
-        stdin=subprocess.DEVNULL,
-        timeout=20,
+    result = run_cli(
+        command, cwd=work, env={**os.environ, "COLUMNS": "300", **case.env}, timeout=20
     )
 
     assert result.returncode == 2, result.stderr
