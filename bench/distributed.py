@@ -906,9 +906,15 @@ def print_outage(part: dict[str, Any]) -> None:
             print(f"  {'':24} {run['outage']}")
         for what, times in run["worker_log"].items():
             print(f"  {name}: workers logged x{times}: {what}")
+    rerun = next(
+        (r["outage"]["rerun_after_back_s"] for r in part["runs"].values() if "outage" in r), {}
+    )
+    last, goal = rerun.get("max"), part["goal_rerun_s"]
+    verdict = "met" if last is not None and last <= goal else "NOT met"
     print(
         f"  batch time, down / as is: x{part['batch_ratio']} (goal <= {part['goal_batch_ratio']});"
-        f" every cut job running again within {part['goal_rerun_s']:g} s of the return"
+        f" the cut jobs ran again {rerun.get('p50')} s (p50), {last} s (last) after the return"
+        f" (goal: every one within {goal:g} s: {verdict})"
     )
 
 

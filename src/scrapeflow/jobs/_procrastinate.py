@@ -61,6 +61,7 @@ from scrapeflow.jobs._dispatch import (
     RUN_TASK,
     SWEEP_TASK,
     OutageRidingJobManager,
+    PromptReconnectPool,
     RetryReleased,
     dispatch_lock,
     ensure_schema,
@@ -144,6 +145,7 @@ class ProcrastinateJobQueue(StoredJobs):
         self.name = f"{socket.gethostname()[:30]}:{os.getpid()}"
         self.app = App(
             connector=PsycopgConnector(
+                pool_factory=PromptReconnectPool,
                 conninfo=psycopg_conninfo(db_url),
                 min_size=1,
                 max_size=concurrency + sum(lane.concurrency for lane in self.lanes) + 3,
