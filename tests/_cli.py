@@ -3,31 +3,38 @@
 A bad-input case is a whole command in a process of its own: its exit code, its stderr, what it
 left on disk. Started with ``python -m scrapeflow``, most of each case is the interpreter
 importing the CLI (0.5 s, more inside the suite); the cases here are forked instead from a
-*zygote*, a process of the test worker's that has imported the CLI and its libraries once and
-does nothing else (no thread, no command run, no setting read). The child then runs the command
-as ``python -m scrapeflow`` would: its own stdin, stdout and stderr (pipes), working directory
-and environment, ``scrapeflow.cli.main``, the exit handlers, its exit code.
+*zygote* (:mod:`tests._zygote`), a process of the test worker's that has imported the CLI and
+its libraries once and does nothing else (no thread, no command run, no setting read). The
+child then runs the command as ``python -m scrapeflow`` would: its own stdin, stdout and stderr
+(pipes), working directory, umask and environment, ``scrapeflow.cli.main``, and the
+interpreter's own exit (threads waited for, exit handlers, its exit code).
 
 What a fork cannot take from the zygote, a real interpreter start is still used for: an
-environment whose interpreter variables (``PYTHON*``, ``LANG``, ``LC_*``) differ from the
-zygote's, read when an interpreter starts. Tests of signals, of several commands at once and of
-long runs start real processes of their own; this is for one command at a time that ends.
+environment whose variables read when an interpreter starts or the CLI is imported
+(``PYTHON*``, ``LANG``, ``LC_*``, ``TZ``, the terminal's and colours') differ from the zygote's.
+Tests of signals, of several commands at once and of long runs start real processes of their
+own; this is for one command at a time that ends.
 """
 
 from __future__ import annotations
 
 import array
+import contextlib
 import json
 import os
+import signal
 import socket
 import subprocess
 import sys
 import threading
+import time
 from collections.abc import Mapping, Sequence
+from pathlib import Path
 from typing import Any
 
 __all__ = ["run_cli"]
 
+_REPO = Path(__file__).resolve().parents[1]
 _IMPORTED = (  # what the commands import when they start (read once, the first time: 1-2 s)
     "scrapeflow.cli._main",
     "scrapeflow.cli._display",
@@ -46,56 +53,14 @@ _IMPORTED = (  # what the commands import when they start (read once, the first 
     "aiosqlite",
     "aiohttp",
 )
-
-# The zygote: reads a request (JSON, with the child's three standard fds), forks, answers the
-# child's pid, waits for it, answers its wait status. One request at a time.
-_ZYGOTE = r"""
-import array, atexit, importlib, json, os, socket, sys
-for name in sys.argv[2:]:
-    importlib.import_module(name)
-from scrapeflow.cli._main import main
-channel = socket.socket(fileno=int(sys.argv[1]))
-while True:
-    fds = array.array("i")
-    message, ancillary, _, _ = channel.recvmsg(1 << 20, socket.CMSG_SPACE(3 * fds.itemsize))
-    if not message:
-        break
-    for level, kind, data in ancillary:
-        fds.frombytes(data[: len(data) - len(data) % fds.itemsize])
-    request = json.loads(message)
-    sys.stdout.flush()
-    sys.stderr.flush()
-    pid = os.fork()
-    if pid == 0:
-        channel.close()
-        for target, fd in enumerate(fds):
-            os.dup2(fd, target)
-            os.close(fd)
-        code = 3
-        try:
-            os.chdir(request["cwd"])
-            os.environ.clear()
-            os.environ.update(request["env"])
-            sys.argv = [sys.argv[0], *request["args"]]
-            try:
-                main(request["args"])
-            except SystemExit as done:
-                code = done.code if isinstance(done.code, int) else (0 if done.code is None else 1)
-            atexit._run_exitfuncs()
-            sys.stdout.flush()
-            sys.stderr.flush()
-        finally:
-            os._exit(code)
-    for fd in fds:
-        os.close(fd)
-    channel.sendall(json.dumps({"pid": pid}).encode() + b"\n")
-    _, status = os.waitpid(pid, 0)
-    channel.sendall(json.dumps({"status": status}).encode() + b"\n")
-"""
+_READ_AT_START = ("PYTHON", "LANG", "LC_", "TZ", "TERM", "COLORTERM", "NO_COLOR", "FORCE_COLOR")
+_READ_AT_START += ("TTY_", "JUPYTER_")
+_OUTPUT_ONLY = frozenset({"PYTHONUNBUFFERED", "PYTHONDONTWRITEBYTECODE"})
+"""Read at start, but nothing a command that is waited for shows: the output is read whole."""
 
 
-def _interpreter_variables(env: Mapping[str, str]) -> dict[str, str]:
-    return {k: v for k, v in env.items() if k.startswith(("PYTHON", "LANG", "LC_"))}
+def _read_at_start(env: Mapping[str, str]) -> dict[str, str]:
+    return {k: v for k, v in env.items() if k.startswith(_READ_AT_START) and k not in _OUTPUT_ONLY}
 
 
 class _Zygote:
@@ -106,11 +71,12 @@ class _Zygote:
             for k, v in os.environ.items()
             if not k.startswith("SCRAPEFLOW_") and k not in ("COLUMNS", "LINES")
         }
-        self.interpreter = _interpreter_variables(env)
+        self.read_at_start = _read_at_start(env)
         self.process = subprocess.Popen(
-            [sys.executable, "-c", _ZYGOTE, str(theirs.fileno()), *_IMPORTED],
+            [sys.executable, "-m", "tests._zygote", str(theirs.fileno()), *_IMPORTED],
             pass_fds=[theirs.fileno()],
             stdin=subprocess.DEVNULL,
+            cwd=_REPO,
             env=env,
         )
         theirs.close()
@@ -121,6 +87,19 @@ class _Zygote:
     def alive(self) -> bool:
         return self.process.poll() is None
 
+    def close(self) -> None:
+        """Kill the zygote, and forget it (the next command starts another)."""
+        self.process.kill()
+        self.process.wait()
+        self.answers.close()
+        self.channel.close()
+
+    def answer(self, key: str) -> int:
+        line = self.answers.readline()
+        if not line:
+            raise RuntimeError("the CLI's zygote died")
+        return int(json.loads(line)[key])
+
     def run(
         self,
         args: Sequence[str],
@@ -130,40 +109,52 @@ class _Zygote:
         timeout: float,
     ) -> tuple[int, bytes, bytes]:
         with self.lock:
+            umask = os.umask(0o077)
+            os.umask(umask)
+            request = {"args": list(args), "env": dict(env), "cwd": cwd, "umask": umask}
             stdin_r, stdin_w = os.pipe()
             out_r, out_w = os.pipe()
             err_r, err_w = os.pipe()
-            request = json.dumps({"args": list(args), "env": dict(env), "cwd": cwd}).encode()
             fds = array.array("i", [stdin_r, out_w, err_w])
             try:
-                self.channel.sendmsg([request], [(socket.SOL_SOCKET, socket.SCM_RIGHTS, fds)])
+                self.channel.sendmsg(
+                    [json.dumps(request).encode()], [(socket.SOL_SOCKET, socket.SCM_RIGHTS, fds)]
+                )
             finally:
                 for fd in (stdin_r, out_w, err_w):
                     os.close(fd)
-            pid = json.loads(self.answers.readline())["pid"]
             outputs: dict[int, bytes] = {}
-            readers = [
-                threading.Thread(target=_read_all, args=(fd, outputs), daemon=True)
-                for fd in (out_r, err_r)
+            threads = [
+                threading.Thread(target=_write_all, args=(stdin_w, input or b""), daemon=True),
+                threading.Thread(target=_read_all, args=(out_r, outputs), daemon=True),
+                threading.Thread(target=_read_all, args=(err_r, outputs), daemon=True),
             ]
-            for reader in readers:
-                reader.start()
-            with os.fdopen(stdin_w, "wb") as stdin:
-                try:
-                    if input:
-                        stdin.write(input)
-                except BrokenPipeError:
-                    pass
-            for reader in readers:
-                reader.join(timeout)
-            if any(reader.is_alive() for reader in readers):
-                os.kill(pid, 9)
-                self.answers.readline()
-                for reader in readers:
-                    reader.join()
-                raise subprocess.TimeoutExpired(["scrapeflow", *args], timeout)
-            status = json.loads(self.answers.readline())["status"]
+            for thread in threads:
+                thread.start()
+            pid = None
+            try:
+                pid = self.answer("pid")
+                deadline = time.monotonic() + timeout
+                for thread in threads:
+                    thread.join(max(0.0, deadline - time.monotonic()))
+                if any(thread.is_alive() for thread in threads):
+                    raise subprocess.TimeoutExpired(["scrapeflow", *args], timeout)
+                status = self.answer("status")
+            except BaseException:
+                # A timeout, or this call interrupted (a test's own timeout): the command and
+                # everything it started are killed, and this zygote with them (its answers
+                # would be out of step with the next request).
+                if pid is not None:
+                    with contextlib.suppress(ProcessLookupError, PermissionError):
+                        os.killpg(pid, signal.SIGKILL)
+                self.close()
+                raise
             return os.waitstatus_to_exitcode(status), outputs[out_r], outputs[err_r]
+
+
+def _write_all(fd: int, data: bytes) -> None:
+    with os.fdopen(fd, "wb") as pipe, contextlib.suppress(BrokenPipeError):
+        pipe.write(data)
 
 
 def _read_all(fd: int, into: dict[int, bytes]) -> None:
@@ -192,10 +183,10 @@ def run_cli(
     where = os.fspath(cwd) if cwd is not None else os.getcwd()
     if _zygote is None or not _zygote.alive():
         _zygote = _Zygote()
-    if _interpreter_variables(env) != _zygote.interpreter:
+    if _read_at_start(env) != _zygote.read_at_start:
         done = subprocess.run(
             [sys.executable, "-m", "scrapeflow", *args],
-            input=data if data is not None else b"",
+            input=data or b"",
             capture_output=True,
             env=env,
             cwd=where,
@@ -204,11 +195,16 @@ def run_cli(
         code, out, err = done.returncode, done.stdout, done.stderr
     else:  # arguments as the interpreter gives them to sys.argv (bytes: surrogate escapes)
         argv = [os.fsdecode(arg) for arg in args]
-        code, out, err = _zygote.run(argv, env, where, data, timeout)
-    if text:
+        zygote = _zygote
+        try:
+            code, out, err = zygote.run(argv, env, where, data, timeout)
+        finally:
+            if not zygote.alive():
+                _zygote = None
+    if text:  # as subprocess's text mode decodes: strictly, universal newlines
         return subprocess.CompletedProcess(args, code, _decoded(out), _decoded(err))
     return subprocess.CompletedProcess(args, code, out, err)
 
 
 def _decoded(data: bytes) -> str:
-    return data.decode("utf-8", "replace").replace("\r\n", "\n")
+    return data.decode().replace("\r\n", "\n").replace("\r", "\n")
