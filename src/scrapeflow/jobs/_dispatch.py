@@ -11,6 +11,7 @@ away under it (:func:`database_lost`: such a run is run again, not failed).
 from __future__ import annotations
 
 import asyncio
+import random
 import time
 from collections.abc import Iterable
 from datetime import datetime
@@ -22,6 +23,7 @@ from procrastinate.retry import BaseRetryStrategy, RetryDecision
 from procrastinate.schema import SchemaManager
 from psycopg.conninfo import make_conninfo
 from psycopg_pool import AsyncConnectionPool
+from psycopg_pool.pool_async import AddConnection, MaintenanceTask
 from sqlalchemy import bindparam, text
 from sqlalchemy.engine import make_url
 from sqlalchemy.ext.asyncio import AsyncEngine
@@ -228,17 +230,20 @@ async def claim_run(
 
 
 class PromptReconnectPool(AsyncConnectionPool):
-    """psycopg's pool for procrastinate, trying a database it lost again every second.
+    """psycopg's pool for procrastinate, trying a database it lost again every second or so.
 
     The pool's own attempts back off, doubling: 1, 3, 7, 15, 31… seconds after the loss, and
-    every call waits for that one attempt. A PostgreSQL restart of 10 s was noticed about 4 s
-    after the server was back (the attempt at 15 s), an outage of a minute up to a minute after:
-    no job was fetched, dispatched or handed back meanwhile. Here an attempt comes a second
-    after the one that failed, as long as the pool tries (its ``reconnect_timeout``)."""
+    the callers waiting for a connection wait for them. A PostgreSQL restart of 10 s was noticed
+    about 4 s after the server was back (the attempt at 15 s), an outage of 20 s about 10 s
+    after: no job was fetched, dispatched or handed back meanwhile. Here an attempt comes about
+    a second (±10%, so that workers do not all try at once) after the one that failed, as long
+    as the pool tries (its ``reconnect_timeout``)."""
 
-    async def schedule_task(self, task: Any, delay: float) -> None:
-        if type(task).__name__ == "AddConnection":  # a new connection, after one that failed
-            delay = min(delay, _RECONNECT_EVERY)
+    async def schedule_task(self, task: MaintenanceTask, delay: float) -> None:
+        """psycopg's: run ``task`` in ``delay`` seconds; a new connection's attempt, after
+        one that failed, in about a second at most."""
+        if isinstance(task, AddConnection):
+            delay = min(delay, _RECONNECT_EVERY * random.uniform(0.9, 1.1))
         await super().schedule_task(task, delay)
 
 
