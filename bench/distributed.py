@@ -910,11 +910,17 @@ def print_outage(part: dict[str, Any]) -> None:
         (r["outage"]["rerun_after_back_s"] for r in part["runs"].values() if "outage" in r), {}
     )
     last, goal = rerun.get("max"), part["goal_rerun_s"]
-    verdict = "met" if last is not None and last <= goal else "NOT met"
+    if last is None:
+        reruns = "the outage cut no job"
+    else:
+        verdict = "met" if last <= goal else "NOT met"
+        reruns = (
+            f"the cut jobs ran again {rerun.get('p50')} s (p50), {last} s (last) after the"
+            f" return (goal: every one within {goal:g} s: {verdict})"
+        )
     print(
         f"  batch time, down / as is: x{part['batch_ratio']} (goal <= {part['goal_batch_ratio']});"
-        f" the cut jobs ran again {rerun.get('p50')} s (p50), {last} s (last) after the return"
-        f" (goal: every one within {goal:g} s: {verdict})"
+        f" {reruns}"
     )
 
 

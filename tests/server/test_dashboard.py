@@ -56,12 +56,12 @@ EXPECT_TIMEOUT_MS = 15_000
 """How long an ``expect`` waits for the page (Playwright's default is 5 s): the suite runs the
 service, its sandbox and Chromium beside other tests on two cores, where one answer of the
 service may take seconds. A page that is right passes as soon as it is; only a wrong one waits
-this long."""
+this long. Set once, for every dashboard test of the process (they import this module)."""
+expect.set_options(timeout=EXPECT_TIMEOUT_MS)
 
 
 def chromium() -> Iterator[Browser]:
     """Headless Chromium (Debian's)."""
-    expect.set_options(timeout=EXPECT_TIMEOUT_MS)
     found = shutil.which("chromium") or shutil.which("chromium-browser")
     if found is None:
         unavailable("chromium is not installed")

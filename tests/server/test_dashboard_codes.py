@@ -153,7 +153,11 @@ def test_a_one_time_code_typed_in_the_page_resumes_the_access(
         # A code the API refuses: its words, in the form.
         form.locator("input").fill("12x")
         with page.expect_response(
-            lambda answer: answer.url.endswith(otp_path(legacy["access_id"])), timeout=60_000
+            lambda answer: (
+                answer.request.method == "POST"
+                and answer.url.endswith(otp_path(legacy["access_id"]))
+            ),
+            timeout=60_000,
         ) as refused:
             form.get_by_role("button", name="Send code").click()
         assert refused.value.status == 422
