@@ -14,7 +14,7 @@ import subprocess
 import sys
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 import pytest
@@ -260,6 +260,37 @@ async def test_a_queued_job_left_without_a_dispatch_is_dispatched_by_the_sweep(
             done = await worker.wait(orphan.id)
     assert done.state is JobState.SUCCEEDED
     assert done.result == {"counted": 2}
+
+
+async def test_a_job_that_ran_before_is_dispatched_ahead_of_the_backlog(pg_url: str) -> None:
+    """A job put back in the queue after it ran (here: found queued without a dispatch by the
+    sweep, as a part handed back whose new dispatch was lost) runs before the jobs queued
+    earlier that never ran, not behind all of them: its new dispatch has the highest id, and
+    procrastinate fetches by priority, then id."""
+    async with queue(pg_url, run_jobs=False) as client:
+        backlog = [await client.submit("count_to", {"n": 5, "pause": 0.2}) for _ in range(3)]
+    store = SqlJobStore(pg_url)
+    await store.open()
+    try:
+        resumed = await store.add(
+            Job(
+                id=new_job_id(),
+                kind="count_to",
+                params={"n": 1},
+                state=JobState.QUEUED,
+                created_at=datetime.now(UTC) - timedelta(minutes=1),
+                attempts=1,
+            )
+        )
+    finally:
+        await store.close()
+    async with queue(pg_url, concurrency=1) as worker:  # one job at a time
+        async with asyncio.timeout(RECOVERY_BOUND):
+            ended = [await worker.wait(job.id) for job in [*backlog, resumed]]
+    started = {job.id: job.started_at for job in ended}
+    assert all(job.state is JobState.SUCCEEDED for job in ended)
+    # The first of the backlog may start before the sweep dispatched it; not the others.
+    assert sum(1 for job in backlog if started[job.id] < started[resumed.id]) <= 1, started
 
 
 async def test_processes_starting_together_apply_the_schema_once(pg_url: str) -> None:

@@ -52,6 +52,14 @@ _RECONNECT_EVERY = 1.0
 _SCHEMA_LOCK = 0x5C4A9E_0001
 
 
+RESUMED_PRIORITY = 1
+"""procrastinate's priority of a dispatch whose job ran before (handed back by a shutdown or an
+outage, or its worker died): it is fetched before the jobs that never ran (priority 0). A
+dispatch put back keeps its id, and procrastinate fetches by priority then id; a new one (a part
+that ran inside its parent's delivery and was handed back, a job the sweep found without one)
+would otherwise wait behind every job queued since, the whole backlog of a batch."""
+
+
 class Released(Exception):
     """A running job was handed back at shutdown: its dispatch goes back to the queue."""
 
@@ -65,7 +73,7 @@ class RetryReleased(BaseRetryStrategy):
         self, *, exception: BaseException, job: jobs.Job
     ) -> RetryDecision | None:
         if isinstance(exception, Released):
-            return RetryDecision(retry_in={"seconds": 0})
+            return RetryDecision(retry_in={"seconds": 0}, priority=RESUMED_PRIORITY)
         return None
 
 

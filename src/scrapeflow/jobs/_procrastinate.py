@@ -58,6 +58,7 @@ from scrapeflow._util.tasks import reraise_if_cancelling, stop_task
 from scrapeflow.errors import JobNotFound
 from scrapeflow.jobs._delivery import DeliveryRunner
 from scrapeflow.jobs._dispatch import (
+    RESUMED_PRIORITY,
     RUN_TASK,
     SWEEP_TASK,
     OutageRidingJobManager,
@@ -169,7 +170,7 @@ class ProcrastinateJobQueue(StoredJobs):
             followers=lambda dispatch: Followers(self._follow, partial(self._join, dispatch)),
             place_of=self._places.__getitem__,
             queue_of=self._queue_of,
-            redispatch=lambda job: self._dispatch(job.id, job.kind),
+            redispatch=lambda job: self._dispatch(job.id, job.kind, resumed=True),
         )
         self._run = self.app.task(
             name=RUN_TASK, queue=queue, pass_context=True, retry=RetryReleased()
@@ -386,7 +387,7 @@ class ProcrastinateJobQueue(StoredJobs):
                 queue=queue, seconds_since_heartbeat=self.stalled_after
             ):
                 try:
-                    await manager.retry_job(dispatch)
+                    await manager.retry_job(dispatch, priority=RESUMED_PRIORITY)
                 except Exception as exc:  # another sweep got there first
                     _log.info("stalled dispatch not retried", dispatch=dispatch.id, error=repr(exc))
         cutoff = datetime.now(UTC) - timedelta(seconds=self.stalled_after)
@@ -399,14 +400,14 @@ class ProcrastinateJobQueue(StoredJobs):
             if job is None:
                 continue
             if job.state is JobState.QUEUED:
-                await self._dispatch(job_id, job.kind)
+                await self._dispatch(job_id, job.kind, resumed=True)
             await self._tell(job_id)
             changed.append(job)
         for job_id in await undispatched(self.store.engine, cutoff):
             _log.warning("a queued job had no dispatch: dispatching it", job=job_id)
             queued = await self.store.get(job_id)
             if queued is not None:
-                await self._dispatch(job_id, queued.kind)
+                await self._dispatch(job_id, queued.kind, resumed=queued.attempts > 0)
         return changed
 
     async def _join(self, dispatch: DispatchContext, parent: Job, jobs: Sequence[Job]) -> list[Job]:
@@ -427,12 +428,15 @@ class ProcrastinateJobQueue(StoredJobs):
         lane = next((lane for lane in self.lanes if lane.holds(kind)), None)
         return self.queue if lane is None else self._queues[lane.name]
 
-    async def _dispatch(self, job_id: str, kind: str) -> None:
+    async def _dispatch(self, job_id: str, kind: str, *, resumed: bool = False) -> None:
         """Defer the job's dispatch on its lane's queue; one that already waits will do (the
-        queueing lock)."""
+        queueing lock). A ``resumed`` job (it ran before: handed back, or its run died) goes
+        before the jobs that never ran (:data:`RESUMED_PRIORITY`)."""
         try:
             await self._run.configure(
-                queueing_lock=dispatch_lock(job_id), queue=self._queue_of(kind)
+                queueing_lock=dispatch_lock(job_id),
+                queue=self._queue_of(kind),
+                priority=RESUMED_PRIORITY if resumed else 0,
             ).defer_async(job_id=job_id)
         except AlreadyEnqueued:
             pass
