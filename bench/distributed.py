@@ -151,7 +151,7 @@ def _bank_lane() -> Any:
 
 
 BANK_LANE = _bank_lane()
-ACCESSES_PER_CUSTOMER = 3
+ACCESSES_PER_CUSTOMER = len(BANKS)  # each customer has an access at every bank of the sandbox
 FEED_LATENCY_MS = 50.0
 READY = "worker taking jobs"
 # gofetch's variables that must not reach the workers from the caller's environment.

@@ -461,7 +461,7 @@ class DeliveryRunner:
             if outcome is None:
                 await self._stored(lambda: self._store.release(job.id, owner))
                 if part:  # its dispatch was dropped when it ran here: queue one again
-                    await self._redispatch(job)
+                    await self._stored(lambda: self._redispatch(job))
                 return
             state, result, error = outcome
             ended = await self._stored(

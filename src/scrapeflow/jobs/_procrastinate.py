@@ -170,7 +170,7 @@ class ProcrastinateJobQueue(StoredJobs):
             followers=lambda dispatch: Followers(self._follow, partial(self._join, dispatch)),
             place_of=self._places.__getitem__,
             queue_of=self._queue_of,
-            redispatch=lambda job: self._dispatch(job.id, job.kind, resumed=True),
+            redispatch=lambda job: self._dispatch(job.id, job.kind, resumed=True, strict=True),
         )
         self._run = self.app.task(
             name=RUN_TASK, queue=queue, pass_context=True, retry=RetryReleased()
@@ -428,10 +428,14 @@ class ProcrastinateJobQueue(StoredJobs):
         lane = next((lane for lane in self.lanes if lane.holds(kind)), None)
         return self.queue if lane is None else self._queues[lane.name]
 
-    async def _dispatch(self, job_id: str, kind: str, *, resumed: bool = False) -> None:
+    async def _dispatch(
+        self, job_id: str, kind: str, *, resumed: bool = False, strict: bool = False
+    ) -> None:
         """Defer the job's dispatch on its lane's queue; one that already waits will do (the
         queueing lock). A ``resumed`` job (it ran before: handed back, or its run died) goes
-        before the jobs that never ran (:data:`RESUMED_PRIORITY`)."""
+        before the jobs that never ran (:data:`RESUMED_PRIORITY`). An error is logged and left
+        to the sweep, which dispatches a queued job without one, or raised when ``strict``
+        (the caller tries again: a part handed back while the database is away)."""
         try:
             await self._run.configure(
                 queueing_lock=dispatch_lock(job_id),
@@ -441,6 +445,8 @@ class ProcrastinateJobQueue(StoredJobs):
         except AlreadyEnqueued:
             pass
         except Exception as exc:  # the row stays queued: the sweep dispatches it later
+            if strict:
+                raise
             _log.warning("could not dispatch a job", job=job_id, error=redact(repr(exc)))
 
     async def _sweep(self, timestamp: int) -> None:
