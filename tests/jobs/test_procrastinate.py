@@ -236,25 +236,33 @@ async def test_a_stopped_worker_hands_its_job_back_and_another_finishes_it(
     assert len(marks.read_text().splitlines()) == 2  # one run each
 
 
+async def queued_without_dispatch(
+    pg_url: str, params: dict[str, object], *, created_at: datetime | None = None, attempts: int = 0
+) -> Job:
+    """A queued ``count_to`` row stored straight into the job table, with no dispatch."""
+    store = SqlJobStore(pg_url)
+    await store.open()
+    try:
+        return await store.add(
+            Job(
+                id=new_job_id(),
+                kind="count_to",
+                params=params,
+                state=JobState.QUEUED,
+                created_at=created_at or datetime.now(UTC),
+                attempts=attempts,
+            )
+        )
+    finally:
+        await store.close()
+
+
 async def test_a_queued_job_left_without_a_dispatch_is_dispatched_by_the_sweep(
     pg_url: str,
 ) -> None:
     async with queue(pg_url, run_jobs=False):
         pass  # the tables
-    store = SqlJobStore(pg_url)  # a row stored, then the defer failed
-    await store.open()
-    try:
-        orphan = await store.add(
-            Job(
-                id=new_job_id(),
-                kind="count_to",
-                params={"n": 2},
-                state=JobState.QUEUED,
-                created_at=datetime.now(UTC),
-            )
-        )
-    finally:
-        await store.close()
+    orphan = await queued_without_dispatch(pg_url, {"n": 2})  # stored, then the defer failed
     async with queue(pg_url) as worker:
         async with asyncio.timeout(RECOVERY_BOUND):
             done = await worker.wait(orphan.id)
@@ -269,21 +277,9 @@ async def test_a_job_that_ran_before_is_dispatched_ahead_of_the_backlog(pg_url: 
     procrastinate fetches by priority, then id."""
     async with queue(pg_url, run_jobs=False) as client:
         backlog = [await client.submit("count_to", {"n": 5, "pause": 0.2}) for _ in range(3)]
-    store = SqlJobStore(pg_url)
-    await store.open()
-    try:
-        resumed = await store.add(
-            Job(
-                id=new_job_id(),
-                kind="count_to",
-                params={"n": 1},
-                state=JobState.QUEUED,
-                created_at=datetime.now(UTC) - timedelta(minutes=1),
-                attempts=1,
-            )
-        )
-    finally:
-        await store.close()
+    resumed = await queued_without_dispatch(
+        pg_url, {"n": 1}, created_at=datetime.now(UTC) - timedelta(minutes=1), attempts=1
+    )
     async with queue(pg_url, concurrency=1) as worker:  # one job at a time
         async with asyncio.timeout(RECOVERY_BOUND):
             ended = [await worker.wait(job.id) for job in [*backlog, resumed]]
