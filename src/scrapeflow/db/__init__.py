@@ -19,6 +19,7 @@ from scrapeflow.db._engine import (
     DEFAULT_URL,
     create_engine,
     session_factory,
+    single_statements,
     sqlite_file,
 )
 from scrapeflow.db._errors import connection_lost, database_errors, unusable_reason
@@ -44,6 +45,7 @@ __all__ = [
     "migrate",
     "portable_statements",
     "session_factory",
+    "single_statements",
     "sqlite_file",
     "unusable_reason",
     "upsert",

@@ -3,19 +3,24 @@
 A SQLite file the engine creates is made owner-only (0600) before SQLite opens it: it holds
 customers' logins, balances and movements. SQLite gives its ``-wal`` and ``-shm`` files the
 permissions of the database file, so they are owner-only too. An existing file keeps its mode.
+
+A database server's pooled connection is checked when it is handed out without a round trip
+where the driver can tell that the server closed it (:func:`_ping_when_idle`); one whose driver
+lost step with the server counts as lost, like a closed one (:func:`_out_of_step_is_lost`).
 """
 
 from __future__ import annotations
 
 import contextlib
 import os
+import time
 from pathlib import Path
 from typing import Any
 from urllib.parse import parse_qs, unquote, urlsplit
 
 from sqlalchemy import event
-from sqlalchemy.engine import make_url
-from sqlalchemy.exc import ArgumentError
+from sqlalchemy.engine import ExceptionContext, make_url
+from sqlalchemy.exc import ArgumentError, InvalidatePoolError
 from sqlalchemy.ext.asyncio import AsyncEngine, AsyncSession, async_sessionmaker
 from sqlalchemy.ext.asyncio import create_async_engine as _create_async_engine
 
@@ -26,6 +31,7 @@ __all__ = [
     "SQLITE_BUSY_TIMEOUT_MS",
     "create_engine",
     "session_factory",
+    "single_statements",
     "sqlite_file",
 ]
 
@@ -65,11 +71,6 @@ def create_engine(url: str = DEFAULT_URL, **kwargs: Any) -> AsyncEngine:
         size, overflow = (_POOL_SIZE, _POOL_OVERFLOW) if backend == "sqlite" else _SERVER_POOL
         kwargs.setdefault("pool_size", size)
         kwargs.setdefault("max_overflow", overflow)
-    if backend != "sqlite":
-        # A restarted server (or a connection the network cut) leaves the pool's idle
-        # connections dead: handed out unchecked, each would fail its next request once (a
-        # 500). A ping at checkout finds a dead one and opens a new one in its place.
-        kwargs.setdefault("pool_pre_ping", True)
     # A failed statement's error would quote its parameters (a login, a vault token, balances)
     # into every log line and message that shows it; the statement alone says what failed.
     kwargs.setdefault("hide_parameters", True)
@@ -84,7 +85,98 @@ def create_engine(url: str = DEFAULT_URL, **kwargs: Any) -> AsyncEngine:
     if engine.dialect.name == "sqlite":
         event.listen(engine.sync_engine, "do_connect", _create_owner_only)
         event.listen(engine.sync_engine, "connect", _sqlite_pragmas)
+    else:
+        _ping_when_idle(engine)
+        _out_of_step_is_lost(engine)
     return engine
+
+
+def single_statements(engine: AsyncEngine) -> AsyncEngine:
+    """``engine`` for work done one statement at a time: reads, and writes of one statement
+    each. On PostgreSQL its connections are in autocommit: SQLAlchemy wraps every use of a
+    connection in a transaction, two round trips more (``BEGIN``, and ``COMMIT`` or
+    ``ROLLBACK``) for a statement that is a transaction of its own there, and that reads, at
+    READ COMMITTED, a snapshot of its own in a transaction too. Several statements on one of
+    its connections are not one transaction: what must be atomic goes through ``engine``.
+    On another database, ``engine`` itself (a SQLite transaction's reads share a snapshot).
+
+    >>> reads = single_statements(engine)  # doctest: +SKIP
+    >>> async with reads.connect() as connection:  # doctest: +SKIP
+    ...     row = (await connection.execute(query)).first()
+    """
+    if engine.dialect.name != "postgresql":
+        return engine
+    return engine.execution_options(isolation_level="AUTOCOMMIT")
+
+
+PING_AFTER_IDLE = 10.0
+"""Seconds a pooled connection may sit idle and be handed out without a ping, when its driver
+tells whether the server closed it (asyncpg)."""
+_IDLE_SINCE = "scrapeflow.idle_since"
+
+
+def _ping_when_idle(engine: AsyncEngine) -> None:
+    """A restarted server (or a connection the network cut) leaves the pool's idle connections
+    dead: handed out unchecked, each would fail its next request once (a 500). SQLAlchemy's
+    ``pool_pre_ping`` pings at every checkout: a round trip more for every transaction, about
+    6% of a worker's CPU in ``bench/distributed.py``'s bank batch.
+
+    A server that stops or restarts closes its clients' connections, and asyncpg marks each
+    closed as soon as the event loop reads the close: a connection the driver knows closed is
+    never handed out (the pool drops every connection older than it, as after a failed ping,
+    and opens a new one). One idle for :data:`PING_AFTER_IDLE` seconds or more is also pinged
+    (a connection a firewall dropped silently). With a driver that cannot tell, every
+    checkout pings, as ``pool_pre_ping`` does."""
+    dialect = engine.dialect
+    pool = engine.sync_engine.pool
+
+    def checked_in(dbapi_connection: Any, record: Any) -> None:
+        record.info[_IDLE_SINCE] = time.monotonic()
+
+    def checked_out(dbapi_connection: Any, record: Any, proxy: Any) -> None:
+        since = record.info.pop(_IDLE_SINCE, None)
+        if since is None:  # a new connection: alive
+            return
+        driver = getattr(dbapi_connection, "driver_connection", None)
+        is_closed = getattr(driver, "is_closed", None)
+        if callable(is_closed):
+            if is_closed():
+                raise InvalidatePoolError("the server closed a pooled connection")
+            if time.monotonic() - since < PING_AFTER_IDLE:
+                return
+        try:
+            alive = dialect.do_ping(dbapi_connection)
+        except dialect.loaded_dbapi.Error as exc:
+            if not dialect.is_disconnect(exc, dbapi_connection, None):
+                raise
+            alive = False
+        if not alive:
+            raise InvalidatePoolError("a pooled connection did not answer its ping")
+
+    event.listen(pool, "checkin", checked_in)
+    event.listen(pool, "checkout", checked_out)
+
+
+def _out_of_step_is_lost(engine: AsyncEngine) -> None:
+    """A server that stops sends each client its last words (``terminating connection due
+    to administrator command``), then closes. An asyncpg connection that reads them while
+    idle is out of step with the server, and its next statement fails with asyncpg's
+    ``InternalClientError`` ("cannot switch to state 12; another operation (2) is in
+    progress"). SQLAlchemy counts an error a disconnect when it finds the connection closed
+    by then, which asyncpg does on this error in every case tried (a pooled connection, a new
+    one told just after its login); yet a refresh cut by a restart once failed with it in CI
+    instead of running again. Counted as a disconnect here whatever SQLAlchemy finds: the
+    connection and the pool's older ones are dropped, and the error says "the database went
+    away" (:func:`~scrapeflow.db.connection_lost`)."""
+    out_of_step = getattr(engine.dialect.loaded_dbapi, "InternalClientError", None)
+    if out_of_step is None:
+        return
+
+    def handle_error(context: ExceptionContext) -> None:
+        if isinstance(context.original_exception, out_of_step):
+            context.is_disconnect = True
+
+    event.listen(engine.sync_engine, "handle_error", handle_error)
 
 
 _DRIVER_EXTRAS = {"psycopg": "distributed", "psycopg_pool": "distributed"}
