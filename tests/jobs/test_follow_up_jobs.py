@@ -11,7 +11,7 @@ import subprocess
 import sys
 import time
 from collections import Counter
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -220,7 +220,12 @@ async def test_a_500_page_chain_ends_exactly_once_through_5xx_and_a_killed_worke
         workers = [start_worker(env, tmp_path / f"worker{n}.log") for n in range(2)]
         try:
             first = await queue.submit(FEED_PAGE_KIND, params)
-            killed = await kill_the_worker_of_a_page(queue, workers, after_pages=100)
+            killed = await kill_the_worker_of_a_page(
+                queue,
+                workers,
+                lambda: start_worker(env, tmp_path / "replacement.log"),
+                after_pages=100,
+            )
             chain = await wait_chain(queue, first)
             posts = await chain_posts(queue, first)
             pages = await queue.find(kind=FEED_PAGE_KIND, limit=1000)
@@ -243,21 +248,33 @@ async def test_a_500_page_chain_ends_exactly_once_through_5xx_and_a_killed_worke
 
 
 async def kill_the_worker_of_a_page(
-    queue: ProcrastinateJobQueue, workers: list[subprocess.Popen[str]], *, after_pages: int
+    queue: ProcrastinateJobQueue,
+    workers: list[subprocess.Popen[str]],
+    start: Callable[[], subprocess.Popen[str]],
+    *,
+    after_pages: int,
 ) -> str:
     """Once ``after_pages`` pages have succeeded, SIGKILL the worker running the current page;
-    that page's job id."""
-    pids = {worker.pid: worker for worker in workers}
+    the id of the page it left running.
+
+    A page takes a few milliseconds, so the one seen running may end before the signal lands:
+    then the kill cut nothing, a new worker takes the dead one's place and the next page's
+    worker is killed instead."""
     started = time.monotonic()
     while time.monotonic() - started < BOUND:
         done = await queue.find(kind=FEED_PAGE_KIND, states=(JobState.SUCCEEDED,), limit=1000)
         if len(done) >= after_pages:
+            pids = {worker.pid: worker for worker in workers}
             for job in await queue.find(kind=FEED_PAGE_KIND, states=(JobState.RUNNING,)):
                 pid = int((job.owner or "x:0").split(":")[1])
                 if pid in pids:
                     pids[pid].send_signal(signal.SIGKILL)
                     pids[pid].wait()
-                    return job.id
+                    if (await queue.get(job.id)).state is JobState.RUNNING:
+                        return job.id
+                    stop(pids[pid])  # dead: its pipe closed
+                    workers[workers.index(pids[pid])] = start()
+                    break
         await asyncio.sleep(0.01)
     raise AssertionError(f"no page was running after {after_pages} pages")
 

@@ -12,6 +12,7 @@ import os
 import signal
 import subprocess
 import sys
+from collections import Counter
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from datetime import UTC, datetime, timedelta
@@ -128,6 +129,54 @@ async def test_a_dedupe_key_returns_the_active_job(pg_url: str) -> None:
         assert await jobs.active("customer-7") is None
         third = await jobs.submit("count_to", {"n": 1}, dedupe_key="customer-7")
         assert third.id != first.id
+
+
+async def test_jobs_submitted_at_the_same_moment_are_stored_and_dispatched_once_each(
+    pg_url: str,
+) -> None:
+    """Submits made together are queued in one transaction and one dispatch; a dedupe key
+    held twice in that batch, or already, still gives one job, and each job one dispatch."""
+    async with queue(pg_url, run_jobs=False) as jobs:
+        held = await jobs.submit("count_to", {"n": 1}, dedupe_key="customer-1")
+        together = await asyncio.gather(
+            *(jobs.submit("count_to", {"n": n}) for n in range(1, 6)),
+            jobs.submit("count_to", {"n": 1}, dedupe_key="customer-2"),
+            jobs.submit("count_to", {"n": 2}, dedupe_key="customer-2"),
+            jobs.submit("count_to", {"n": 3}, dedupe_key="customer-1"),
+        )
+        plain, (second, again, held_again) = together[:5], together[5:]
+        assert len({job.id for job in plain}) == 5
+        assert [job.params["n"] for job in plain] == [1, 2, 3, 4, 5]
+        assert again.id == second.id and held_again.id == held.id
+        stored = await jobs.find(kind="count_to")
+        assert len(stored) == 7 and {job.state for job in stored} == {JobState.QUEUED}
+        async with jobs.app.open_async():
+            dispatches = await jobs.app.job_manager.list_jobs_async()
+        assert Counter(d.task_kwargs["job_id"] for d in dispatches) == Counter(
+            job.id for job in stored
+        )
+
+
+async def test_a_job_that_cannot_be_stored_fails_alone_among_those_submitted_with_it(
+    pg_url: str,
+) -> None:
+    """A batch of submits with one job the database refuses: that submit raises, the others
+    are stored, told and dispatched."""
+    async with queue(pg_url, run_jobs=False) as jobs:
+        answers = await asyncio.gather(
+            jobs.submit("count_to", {"n": 1}),
+            jobs.submit("count_to", {"n": object()}),  # not JSON: its insert fails
+            jobs.submit("count_to", {"n": 3}),
+            return_exceptions=True,
+        )
+        first, refused, third = answers
+        assert isinstance(refused, Exception)
+        assert isinstance(first, Job) and isinstance(third, Job)
+        stored = await jobs.find(kind="count_to")
+        assert {job.id for job in stored} == {first.id, third.id}
+        async with jobs.app.open_async():
+            dispatches = await jobs.app.job_manager.list_jobs_async()
+        assert sorted(d.task_kwargs["job_id"] for d in dispatches) == sorted([first.id, third.id])
 
 
 async def test_cancelling_a_queued_job_ends_it_and_no_worker_runs_it(

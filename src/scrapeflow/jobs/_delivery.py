@@ -62,6 +62,7 @@ from scrapeflow.jobs._dispatch import (
     run_tag,
 )
 from scrapeflow.jobs._model import Job, JobState
+from scrapeflow.jobs._partwatch import PartStates, next_tick
 from scrapeflow.jobs._runner import Followers, JobContext, JobKinds
 from scrapeflow.jobs._store import SqlJobStore
 
@@ -94,6 +95,8 @@ class _Run:
     """When its heartbeat was last stored (monotonic): the claim, then each beat."""
     stopped: str | None = None
     """Why the watch stopped it: ``cancel``, ``lost`` (taken over) or ``silent``."""
+    told: asyncio.Future[None] | None = None
+    """Its ``job.running`` being told: its end is told once that is done."""
 
     @property
     def job(self) -> Job:
@@ -138,6 +141,8 @@ class DeliveryRunner:
         """The jobs running here, with their live progress."""
         self.finished: dict[str, asyncio.Event] = {}
         """Set when a job running here ends (what the queue's ``wait`` listens to)."""
+        self._part_states = PartStates(self._store.states)
+        """The states of the parts the jobs here wait for: one read a ``poll`` for all."""
 
     # -- deliveries and parts --------------------------------------------------------------
 
@@ -187,7 +192,7 @@ class DeliveryRunner:
         now = datetime.now(UTC)
         dead_before = now - timedelta(seconds=self.stalled_after)
         job = await claim_run(
-            self._store.engine,
+            self._store.single,
             job_id,
             owner,
             now,
@@ -253,7 +258,10 @@ class DeliveryRunner:
         if job.cancel_requested:  # asked while its previous worker was dying
             await self._settle(run, (JobState.CANCELLED, None, "cancelled"), part=part)
             return
-        await self._tell(job)
+        # job.running is told beside the handler, not before it: the handler does not wait for
+        # the event's write. Started first, the telling takes its place among the events
+        # before anything the handler tells; the job's end is told once it is done.
+        run.told = asyncio.ensure_future(self._tell(job))
         work = asyncio.create_task(self._handle(run.context), name=f"job-{job.id}")
         run.task = work
         try:
@@ -267,6 +275,7 @@ class DeliveryRunner:
                 await self._settle(run, _RUN_AGAIN, part=part)
                 raise Released from None  # RetryReleased puts the dispatch back in the queue
             if run.stopped == "lost":
+                await asyncio.shield(self._told(run))  # before the new owner's events
                 return  # another delivery holds the job now
             if run.stopped == "silent":
                 outcome = _RUN_AGAIN
@@ -303,7 +312,8 @@ class DeliveryRunner:
         """:meth:`JobContext.join` in the delivery ``dispatch``: wait for ``jobs`` to end,
         running here those still queued (or left by an earlier delivery of the same dispatch,
         dead) as places of their lanes free, beside those other workers took. The parent gives
-        its own place back while it waits. One read a ``poll`` for all of them."""
+        its own place back while it waits. Every job of this process waiting for its parts
+        shares one read a ``poll`` (:mod:`~scrapeflow.jobs._partwatch`)."""
         run = self._runs.get(parent.id)
         lent = run is not None and run.holds_place
         if run is not None and lent:
@@ -316,13 +326,13 @@ class DeliveryRunner:
         try:
             while True:
                 try:
-                    states = await self._store.states(list(by_id))
+                    states = await self._part_states.read(list(by_id))
                 except Exception as exc:
                     if not database_lost(exc):
                         raise
                     # The database away: the parts running here go on (each stores its end
                     # once it is back); look again at the next poll.
-                    await asyncio.sleep(self.poll)
+                    await asyncio.sleep(next_tick(self.poll))
                     continue
                 waiting = [i for i in by_id if i in states and not states[i][0].final]
                 if not waiting:
@@ -352,14 +362,22 @@ class DeliveryRunner:
                 elsewhere = any(
                     i not in inline or inline[i].done() or i not in seated for i in waiting
                 )
-                if running_here:
-                    await asyncio.wait(
+                if not running_here:
+                    await asyncio.sleep(next_tick(self.poll))
+                # Read again at the next tick, or once no part runs here any more: a part that
+                # ended here while others still run here needs no read of its own. Tasks still
+                # waiting for a place do not count as running (their part may have ended
+                # elsewhere), and while there are some, the tick comes too.
+                while running_here:
+                    unseated = any(i not in seated for i, t in inline.items() if t in running_here)
+                    ended, running_here = await asyncio.wait(
                         running_here,
-                        timeout=self.poll if elsewhere else None,
+                        timeout=next_tick(self.poll) if elsewhere or unseated else None,
                         return_when=asyncio.FIRST_COMPLETED,
                     )
-                else:
-                    await asyncio.sleep(self.poll)
+                    seated_left = any(i in seated for i, t in inline.items() if t in running_here)
+                    if not ended or not seated_left:
+                        break
             # Every part has ended, and a task of ours may not have: one still waiting for a
             # place while another worker ran its part has nothing left to run; one that has its
             # place is on its way out (between storing its part's end and giving it back).
@@ -458,6 +476,8 @@ class DeliveryRunner:
     async def _store_end(self, run: _Run, outcome: _Outcome | None, *, part: bool) -> None:
         job, owner = run.job, run.owner
         try:
+            # job.running before anything after it: the next run's events, this one's end
+            await self._told(run)
             if outcome is None:
                 await self._stored(lambda: self._store.release(job.id, owner))
                 if part:  # its dispatch was dropped when it ran here: queue one again
@@ -479,6 +499,12 @@ class DeliveryRunner:
                 await self._tell(ended)
         except Exception as exc:  # the sweep finds it silent and runs it again
             _log.error("could not store a job's end", job=job.id, error=redact(repr(exc)))
+
+    @staticmethod
+    async def _told(run: _Run) -> None:
+        """Wait until the run's ``job.running`` is told (its telling catches its own errors)."""
+        if run.told is not None:
+            await run.told
 
     async def _stored(self, write: Callable[[], Awaitable[T]]) -> T:
         """``write()``, tried again while the database is away (every half second, for up to

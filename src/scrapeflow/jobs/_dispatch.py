@@ -11,7 +11,6 @@ away under it (:func:`database_lost`: such a run is run again, not failed).
 from __future__ import annotations
 
 import asyncio
-import random
 import time
 from collections.abc import Iterable
 from datetime import datetime
@@ -22,8 +21,6 @@ from procrastinate.manager import JobManager, NotificationCallback
 from procrastinate.retry import BaseRetryStrategy, RetryDecision
 from procrastinate.schema import SchemaManager
 from psycopg.conninfo import make_conninfo
-from psycopg_pool import AsyncConnectionPool
-from psycopg_pool.pool_async import AddConnection, MaintenanceTask
 from sqlalchemy import bindparam, text
 from sqlalchemy.engine import make_url
 from sqlalchemy.ext.asyncio import AsyncEngine
@@ -44,8 +41,6 @@ LIVE = (jobs.Status.TODO.value, jobs.Status.DOING.value)
 _log = get_logger(__name__)
 _OUTAGE_PAUSE = 1.0
 """Seconds between two tries of procrastinate's worker to reach a database that went away."""
-_RECONNECT_EVERY = 1.0
-"""Seconds at most between two connection attempts of procrastinate's pool to a lost database."""
 
 # pg_advisory_xact_lock key of the schema check: two processes starting together on a fresh
 # database would otherwise both apply procrastinate's schema, which is not idempotent.
@@ -235,24 +230,6 @@ async def claim_run(
     async with engine.begin() as connection:
         row = (await connection.execute(_CLAIM, params)).first()
     return None if row is None else job_from_row(row._mapping)
-
-
-class PromptReconnectPool(AsyncConnectionPool):
-    """psycopg's pool for procrastinate, trying a database it lost again every second or so.
-
-    The pool's own attempts back off, doubling: 1, 3, 7, 15, 31… seconds after the loss, and
-    the callers waiting for a connection wait for them. A PostgreSQL restart of 10 s was noticed
-    about 4 s after the server was back (the attempt at 15 s), an outage of 20 s about 10 s
-    after: no job was fetched, dispatched or handed back meanwhile. Here an attempt comes about
-    a second (±10%, so that workers do not all try at once) after the one that failed, as long
-    as the pool tries (its ``reconnect_timeout``)."""
-
-    async def schedule_task(self, task: MaintenanceTask, delay: float) -> None:
-        """psycopg's: run ``task`` in ``delay`` seconds; a new connection's attempt, after
-        one that failed, in about a second at most."""
-        if isinstance(task, AddConnection):
-            delay = min(delay, _RECONNECT_EVERY * random.uniform(0.9, 1.1))
-        await super().schedule_task(task, delay)
 
 
 class OutageRidingJobManager(JobManager):

@@ -56,13 +56,13 @@ from scrapeflow._util.logs import get_logger
 from scrapeflow._util.redact import redact
 from scrapeflow._util.tasks import reraise_if_cancelling, stop_task
 from scrapeflow.errors import JobNotFound
+from scrapeflow.jobs._batched import Batched
 from scrapeflow.jobs._delivery import DeliveryRunner
 from scrapeflow.jobs._dispatch import (
     RESUMED_PRIORITY,
     RUN_TASK,
     SWEEP_TASK,
     OutageRidingJobManager,
-    PromptReconnectPool,
     RetryReleased,
     dispatch_lock,
     ensure_schema,
@@ -71,6 +71,7 @@ from scrapeflow.jobs._dispatch import (
     undispatched,
 )
 from scrapeflow.jobs._model import Job, JobState
+from scrapeflow.jobs._pgpool import PromptReconnectPool
 from scrapeflow.jobs._reads import StoredJobs
 from scrapeflow.jobs._runner import Followers, JobKinds, Lane
 from scrapeflow.jobs._store import SqlJobStore
@@ -181,6 +182,7 @@ class ProcrastinateJobQueue(StoredJobs):
         sweep(self._sweep)
         self.sweep_every = sweep_every
         self._created: set[str] = set()
+        self._queueing: Batched[Job, Job] = Batched(self._queue_all, "job queueing")
         self._worker: asyncio.Task[None] | None = None
         self._sweeper: asyncio.Task[None] | None = None
         self._watch: asyncio.Task[None] | None = None
@@ -319,13 +321,20 @@ class ProcrastinateJobQueue(StoredJobs):
         return await self._queue(job)
 
     async def _queue(self, job: Job) -> Job:
-        stored = await self.store.add(job)
-        if stored is job:  # stored now, not found (a dedupe key's holder, a follow-up)
-            self._created.add(job.id)
-            # Told before it is dispatched: a worker may start it the moment it is, and its
-            # job.running must come after this job.queued.
-            await self._tell_job(job)
-            await self._dispatch(job.id, job.kind)
+        return await self._queueing(job)
+
+    async def _queue_all(self, jobs: list[Job]) -> list[Job | Exception]:
+        """Store the jobs queued at the same moment (a refresh's parts, a burst of submits) in
+        one transaction and dispatch them in one statement; in order, the jobs stored, or the
+        error that kept one from it (the others are told and dispatched all the same)."""
+        stored = await self.store.add_all(jobs)
+        # stored now, not found (a dedupe key's holder, a follow-up)
+        new = [job for job, found in zip(jobs, stored, strict=True) if found is job]
+        self._created.update(job.id for job in new)
+        # Told before they are dispatched: a worker may start one the moment it is, and its
+        # job.running must come after its job.queued.
+        await asyncio.gather(*(self._tell_job(job) for job in new))
+        await self._dispatch_all(new)
         return stored
 
     @property
@@ -427,6 +436,26 @@ class ProcrastinateJobQueue(StoredJobs):
         """The procrastinate queue of a job of ``kind``: its lane's, else the queue's."""
         lane = next((lane for lane in self.lanes if lane.holds(kind)), None)
         return self.queue if lane is None else self._queues[lane.name]
+
+    async def _dispatch_all(self, jobs: Sequence[Job]) -> None:
+        """:meth:`_dispatch` of new jobs, in one statement when there are several; one by one
+        when that fails (one of them already has its dispatch, or the database is away)."""
+        if len(jobs) > 1:
+            try:
+                await self.app.job_manager.batch_defer_jobs_async(
+                    [
+                        self._run.configure(
+                            queueing_lock=dispatch_lock(job.id), queue=self._queue_of(job.kind)
+                        ).make_new_job(job_id=job.id)
+                        for job in jobs
+                    ]
+                )
+            except Exception:  # noqa: S110 - each is tried, and its error logged, below
+                pass
+            else:
+                return
+        for job in jobs:
+            await self._dispatch(job.id, job.kind)
 
     async def _dispatch(
         self, job_id: str, kind: str, *, resumed: bool = False, strict: bool = False

@@ -517,8 +517,13 @@ class EmbeddedJobQueue(StoredJobs):
         job = context.job
         state, result, error = JobState.FAILED, None, None
         release = False
-        await self._tell_job(job)  # as the claim wrote it: no read of it back
+        # job.running, as the claim wrote it (no read of it back), told beside the handler: the
+        # handler does not wait for the event's write. One turn of the loop lets the telling
+        # take its place among the events before anything the handler tells; the job's end is
+        # told once it is done.
+        told = asyncio.ensure_future(self._tell_job(job))
         try:
+            await asyncio.sleep(0)
             handler = self.kinds.get(job.kind)
             if handler is None:
                 raise UnknownJobKind(f"no job kind {job.kind!r} in this process")
@@ -534,7 +539,7 @@ class EmbeddedJobQueue(StoredJobs):
             _log.info("job failed", job=job.id, kind=job.kind, error=error)
         finally:
             try:
-                await asyncio.shield(self._settle(context, state, result, error, release))
+                await asyncio.shield(self._settle(context, state, result, error, release, told))
             finally:
                 self._running.pop(job.id, None)
                 self._written.pop(job.id, None)
@@ -551,9 +556,11 @@ class EmbeddedJobQueue(StoredJobs):
         result: dict[str, Any] | None,
         error: str | None,
         release: bool,
+        told: asyncio.Future[None],
     ) -> None:
         job = context.job
         try:
+            await told  # job.running first (its telling catches its own errors)
             if release:
                 await self.store.release(job.id, self.owner)
             else:

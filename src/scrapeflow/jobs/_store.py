@@ -37,7 +37,7 @@ from sqlalchemy.exc import IntegrityError
 from sqlalchemy.ext.asyncio import AsyncEngine
 from sqlalchemy.sql.elements import ColumnElement
 
-from scrapeflow.db import create_engine, write
+from scrapeflow.db import create_engine, single_statements, write
 from scrapeflow.jobs._jobtable import (
     ended_values,
     job_from_row,
@@ -171,6 +171,7 @@ class SqlJobStore(WorkerWrites):
     def __init__(self, db_url: str, *, engine: AsyncEngine | None = None) -> None:
         self.db_url = db_url
         self._engine = engine
+        self._single: AsyncEngine | None = None
         self._owns_engine = engine is None
 
     @property
@@ -178,6 +179,12 @@ class SqlJobStore(WorkerWrites):
         if self._engine is None:
             raise RuntimeError("open the job store first")
         return self._engine
+
+    @property
+    def single(self) -> AsyncEngine:
+        if self._single is None:
+            self._single = single_statements(self.engine)
+        return self._single
 
     async def open(self) -> None:
         if self._engine is None:
@@ -188,12 +195,13 @@ class SqlJobStore(WorkerWrites):
         if self._owns_engine and self._engine is not None:
             await self._engine.dispose()
             self._engine = None
+        self._single = None
 
     async def add(self, job: Job) -> Job:
         store = insert(jobs_table).values(**job_row(job))
         for _ in range(3):
             try:
-                await write(self.engine, lambda c: c.execute(store))
+                await write(self.single, lambda c: c.execute(store))
             except IntegrityError:
                 same = await self.get(job.id)
                 if same is not None:  # a follow-up queued again: the one queued before
@@ -207,17 +215,37 @@ class SqlJobStore(WorkerWrites):
             return job
         raise RuntimeError(f"could not store job {job.id}: its dedupe key keeps changing hands")
 
+    async def add_all(self, jobs: Sequence[Job]) -> list[Job | Exception]:
+        """:meth:`add` of each job, in one transaction when that can store them all, else one
+        by one (one of them taken: an id or a dedupe key another job has; a bad one; the
+        database away): in order, each job stored or found, or the error storing it."""
+        if len(jobs) > 1:
+            try:
+                rows = [job_row(job) for job in jobs]
+                await write(self.engine, lambda c: c.execute(insert(jobs_table), rows))
+            except Exception:  # noqa: S110 - each finds its own way, and error, below
+                pass
+            else:
+                return list(jobs)
+        added: list[Job | Exception] = []
+        for job in jobs:
+            try:
+                added.append(await self.add(job))
+            except Exception as exc:
+                added.append(exc)
+        return added
+
     async def active(self, key: str | None) -> Job | None:
         if key is None:
             return None
-        async with self.engine.connect() as connection:
+        async with self.single.connect() as connection:
             found = (
                 await connection.execute(select(jobs_table).where(jobs_table.c.active_key == key))
             ).first()
         return None if found is None else job_from_row(found._mapping)
 
     async def get(self, job_id: str) -> Job | None:
-        async with self.engine.connect() as connection:
+        async with self.single.connect() as connection:
             found = (
                 await connection.execute(select(jobs_table).where(jobs_table.c.id == job_id))
             ).first()
@@ -238,7 +266,7 @@ class SqlJobStore(WorkerWrites):
             query = query.where(jobs_table.c.state.in_([s.value for s in states]))
         if before is not None:
             query = query.where(jobs_table.c.id < before)
-        async with self.engine.connect() as connection:
+        async with self.single.connect() as connection:
             return jobs_from_rows((await connection.execute(query)).all())
 
     async def latest(self, dedupe_key: str, since: datetime) -> Job | None:
@@ -249,7 +277,7 @@ class SqlJobStore(WorkerWrites):
             .order_by(c.created_at.desc())
             .limit(1)
         )
-        async with self.engine.connect() as connection:
+        async with self.single.connect() as connection:
             found = (await connection.execute(query)).first()
         return None if found is None else job_from_row(found._mapping)
 
@@ -271,7 +299,7 @@ class SqlJobStore(WorkerWrites):
         if before is not None:
             query = query.where(c.id < before)
         jobs: list[Job] = []
-        async with self.engine.connect() as connection:
+        async with self.engine.connect() as connection:  # a cursor: in a transaction
             # In parts, each read an await apart: a page of 500 made in one go held the loop
             # ~20 ms, and a client listing in a loop made every other request wait for it.
             result = await connection.stream(query)
@@ -285,12 +313,12 @@ class SqlJobStore(WorkerWrites):
             c.submitted_by == submitted_by,
             c.state.in_([s.value for s in ACTIVE_STATES]),
         )
-        async with self.engine.connect() as connection:
+        async with self.single.connect() as connection:
             return int((await connection.execute(query)).scalar_one())
 
     async def counts(self) -> dict[tuple[str, JobState], int]:
         c = jobs_table.c
-        async with self.engine.connect() as connection:
+        async with self.single.connect() as connection:
             rows = await connection.execute(
                 select(c.kind, c.state, func.count()).group_by(c.kind, c.state)
             )
@@ -300,7 +328,7 @@ class SqlJobStore(WorkerWrites):
         ids = list(job_ids)
         tally = JobTally()
         c = jobs_table.c
-        async with self.engine.connect() as connection:
+        async with self.single.connect() as connection:
             for start in range(0, len(ids), 500):  # bounded IN lists on every dialect
                 rows = await connection.execute(
                     select(c.state, func.count(), func.max(c.finished_at))
@@ -335,30 +363,33 @@ class SqlJobStore(WorkerWrites):
             query = query.where(jobs_table.c.kind.in_(list(kinds)))
         if other_than:
             query = query.where(jobs_table.c.kind.not_in(list(other_than)))
+        if self.engine.dialect.name == "postgresql":
+            # Claimers skip each other's rows instead of waiting for them to commit.
+            query = query.with_for_update(skip_locked=True)
         c = jobs_table.c
-
-        def take(connection: Connection) -> dict[str, Job]:
-            candidates = list(connection.execute(query).scalars())
-            if not candidates:
-                return {}
-            # One statement for them all (one a job held SQLite's write lock longer); a job
-            # another process claimed since the read is no longer queued, and left out.
-            won = connection.execute(
-                update(jobs_table)
-                .where(c.id.in_(candidates), c.state == JobState.QUEUED.value)
-                .values(
-                    state=JobState.RUNNING.value,
-                    owner=owner,
-                    started_at=now,
-                    heartbeat_at=now,
-                    attempts=c.attempts + 1,
-                )
-                .returning(*c)
+        # One statement for them all, in autocommit on PostgreSQL: an empty poll is one round
+        # trip, where a read then an update in a transaction were three or four. The picked
+        # rows are a materialized CTE: as an ``IN (subquery)`` the planner may scan the
+        # subquery again, and with SKIP LOCKED a rescan picks other rows (past the limit).
+        picked = query.cte("picked").prefix_with("MATERIALIZED")
+        claim = (
+            update(jobs_table)
+            .where(c.id == picked.c.id, c.state == JobState.QUEUED.value)
+            .values(
+                state=JobState.RUNNING.value,
+                owner=owner,
+                started_at=now,
+                heartbeat_at=now,
+                attempts=c.attempts + 1,
             )
-            claimed = {row.id: job_from_row(row._mapping) for row in won}
-            return {job_id: claimed[job_id] for job_id in candidates if job_id in claimed}
+            .returning(*c)
+        )
 
-        return list((await write(self.engine, take)).values())
+        def take(connection: Connection) -> list[Job]:
+            won = [job_from_row(row._mapping) for row in connection.execute(claim)]
+            return sorted(won, key=lambda job: (job.created_at, job.id))  # the queue's order
+
+        return await write(self.single, take)
 
     async def heartbeat(
         self, owner: str, progress: dict[str, dict[str, int]], now: datetime
@@ -404,7 +435,7 @@ class SqlJobStore(WorkerWrites):
             )
             .values(**ended_values(state, now, result, error, progress))
         )
-        return await write(self.engine, lambda c: c.execute(end).rowcount == 1)
+        return await write(self.single, lambda c: c.execute(end).rowcount == 1)
 
     async def release(self, job_id: str, owner: str) -> None:
         async with self.engine.begin() as connection:

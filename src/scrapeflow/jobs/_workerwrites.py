@@ -40,6 +40,12 @@ class WorkerWrites:
     def engine(self) -> AsyncEngine:
         raise NotImplementedError
 
+    @property
+    def single(self) -> AsyncEngine:
+        """The engine for reads and one-statement writes
+        (:func:`~scrapeflow.db.single_statements`)."""
+        raise NotImplementedError
+
     async def beat(
         self, runs: Mapping[str, tuple[str, dict[str, int]]], now: datetime
     ) -> dict[str, bool]:
@@ -57,7 +63,7 @@ class WorkerWrites:
             bindparam("owners", type_=ARRAY(String)),
             bindparam("progress", type_=ARRAY(Text)),
         )
-        async with self.engine.begin() as connection:
+        async with self.single.begin() as connection:
             rows = await connection.execute(
                 query,
                 {
@@ -98,7 +104,7 @@ class WorkerWrites:
             c.cancel_requested.is_(True),
             c.state == JobState.RUNNING.value,
         )
-        async with self.engine.connect() as connection:
+        async with self.single.connect() as connection:
             return set((await connection.execute(query)).scalars())
 
     async def states(
@@ -109,7 +115,7 @@ class WorkerWrites:
         c = jobs_table.c
         found: dict[str, tuple[JobState, str | None, datetime | None]] = {}
         ids = list(job_ids)
-        async with self.engine.connect() as connection:
+        async with self.single.connect() as connection:
             for start in range(0, len(ids), 500):  # bounded IN lists on every dialect
                 rows = await connection.execute(
                     select(c.id, c.state, c.owner, c.heartbeat_at).where(
@@ -125,7 +131,7 @@ class WorkerWrites:
         """These jobs, in the order given (unknown ids left out): one read."""
         if not job_ids:
             return []
-        async with self.engine.connect() as connection:
+        async with self.single.connect() as connection:
             rows = await connection.execute(
                 select(jobs_table).where(jobs_table.c.id.in_(list(job_ids)))
             )
@@ -147,7 +153,7 @@ class WorkerWrites:
         it): one statement, and what a listener is told needs no second read."""
         c = jobs_table.c
         values = ended_values(state, now, result, error, progress)
-        async with self.engine.begin() as connection:
+        async with self.single.begin() as connection:
             row = (
                 await connection.execute(
                     update(jobs_table)
