@@ -79,6 +79,8 @@ async def test_a_spread_refresh_reports_and_tells_like_one_job(
 
     assert len(parts) == 3 and {p.state for p in parts} == {JobState.SUCCEEDED}
     assert {p.params["refresh"] for p in parts} == {job.id}
+    # Every part counts its window from the launch's day (the sandbox's clock), read once.
+    assert {p.params["day"] for p in parts} == {sandbox.clock.now().date().isoformat()}
     names = [e.name for e in events]
     assert names[0] == "bank.refresh_started" and names[-1] == "bank.all_updated"
     assert names.count("bank.access_finished") == 3

@@ -24,7 +24,8 @@ updated. Run again after its worker died, a part first frees what the dead run l
 Params: ``bank.refresh`` takes ``{"customer": id}`` (one customer, external id; dedupe key
 :func:`refresh_key`) or ``{"customers": [id, …]}`` (several at once, as
 :meth:`Launcher.refresh_many`: one that is already being refreshed is reported ``refused``);
-``bank.access`` takes ``{"customer": id, "access_id": n, "launch_id": id, "refresh": job id}``;
+``bank.access`` takes ``{"customer": id, "access_id": n, "launch_id": id, "day": iso date,
+"refresh": job id}`` (``day``: the launch's, from which every part counts its movements' window);
 ``bank.otp`` takes ``{"customer": id, "access_id": n, "code_sealed": token}``, the one-time code
 sealed with the vault (the jobs table never holds it in clear; dedupe key :func:`otp_key`).
 """
@@ -39,7 +40,7 @@ import time
 from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequence
 from contextvars import ContextVar
 from dataclasses import dataclass
-from datetime import timedelta
+from datetime import date, timedelta
 from functools import partial
 from pathlib import Path
 from types import TracebackType
@@ -211,7 +212,7 @@ class BankJobs:
         access): the checks a refresh makes before its claim, for every customer at once.
         Nothing is stored. Their external ids, in order."""
         async with self._using() as launcher:
-            async with launcher.sessions() as session:
+            async with launcher.reads() as session:
                 rows = [await find_customer(session, customer) for customer in customers]
             # The launcher's own check before a claim, which refresh_many runs for all first.
             await launcher._ready(Access.customer_id.in_([row.id for row in rows]))
@@ -228,7 +229,7 @@ class BankJobs:
         if self.per_access:
             return await self._spread(context, customers, many)
         async with self._using() as launcher:
-            async with launcher.sessions() as session:
+            async with launcher.reads() as session:
                 rows = [await find_customer(session, customer) for customer in customers]
             names = {row.id: row.external_id for row in rows}
             token = _job_sink.set(partial(self._deliver, context, names, customers[0]))
@@ -269,19 +270,23 @@ class BankJobs:
             # Run again, the last attempt's process died holding the customer: take it over.
             take_over = context.job.attempts > 1
             async with launcher.spread_launch(customer, take_over=take_over) as launch:
-                parts = [
-                    await context.submit(
-                        BANK_ACCESS,
-                        {
-                            "customer": launch.external_id,
-                            "access_id": access_id,
-                            "launch_id": launch.id,
-                            "refresh": context.job.id,
-                        },
-                        key=f"access-{access_id}",
+                # Queued together: one transaction and one dispatch for all of them.
+                parts = await asyncio.gather(
+                    *(
+                        context.submit(
+                            BANK_ACCESS,
+                            {
+                                "customer": launch.external_id,
+                                "access_id": access_id,
+                                "launch_id": launch.id,
+                                "day": launch.day.isoformat(),
+                                "refresh": context.job.id,
+                            },
+                            key=f"access-{access_id}",
+                        )
+                        for access_id in launch.accesses
                     )
-                    for access_id in launch.accesses
-                ]
+                )
                 ended = await context.join(parts)
                 report = LaunchReport(launch.id, launch.customer_id, launch.external_id)
                 report.accesses = [a for a in map(_part_report, ended) if a is not None]
@@ -308,6 +313,7 @@ class BankJobs:
         if not customer or not isinstance(access_id, int) or not isinstance(launch_id, str):
             raise InputError("a bank.access job names its 'customer', 'access_id' and 'launch_id'")
         refresh = str(params.get("refresh") or context.job.id)
+        day = _launch_day(params.get("day"))
         async with self._using() as launcher:
             if context.job.attempts > 1:  # the last run died: what it held is taken over
                 await release_holds(launcher.sessions, context.job.id)
@@ -316,7 +322,7 @@ class BankJobs:
             token = _job_sink.set(deliver)
             holding = holding_job.set(context.job.id)
             try:
-                report = await launcher.scrape_access(access_id, launch_id=launch_id)
+                report = await launcher.scrape_access(access_id, launch_id=launch_id, day=day)
             finally:
                 holding_job.reset(holding)
                 _job_sink.reset(token)
@@ -487,6 +493,16 @@ def _launch_result(report: LaunchReport) -> dict[str, Any]:
         "log_file": None if report.log_file is None else str(report.log_file),
         "accesses": [_access_result(a) for a in report.accesses],
     }
+
+
+def _launch_day(value: Any) -> date | None:
+    """A part's ``day`` (its launch's, ISO); None from a part queued without one."""
+    if value is None:
+        return None
+    try:
+        return date.fromisoformat(str(value))
+    except ValueError:
+        raise InputError(f"a bank.access job's 'day' is an ISO date, got {value!r}") from None
 
 
 def _access_result(report: AccessReport) -> dict[str, Any]:

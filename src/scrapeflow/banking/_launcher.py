@@ -67,7 +67,7 @@ from scrapeflow.banking._state import ClaimedAccess, holding_job
 from scrapeflow.banking._vault import CredentialVault
 from scrapeflow.banking._writequeue import WriteQueue, writers_for
 from scrapeflow.banking._writer import SqlWriter, Writer
-from scrapeflow.db import create_engine, session_factory
+from scrapeflow.db import create_engine, session_factory, single_statements
 from scrapeflow.errors import InputError, RefreshInProgress, ResultsNotStored
 from scrapeflow.http import HttpClient, HttpConfig
 from scrapeflow.proxies import ProxyProvider
@@ -118,6 +118,7 @@ class Launcher:
         self._writers = writers or writers_for(db_url)
         self._engine: AsyncEngine | None = None
         self._sessions: async_sessionmaker[AsyncSession] | None = None
+        self._reads: async_sessionmaker[AsyncSession] | None = None
         self._queue: WriteQueue | None = None
         self._claims = LaunchClaims(self.limits)
         self._runner = AccessRunner(
@@ -134,6 +135,7 @@ class Launcher:
     async def __aenter__(self) -> Launcher:
         self._engine = create_engine(self.db_url)
         self._sessions = session_factory(self._engine)
+        self._reads = session_factory(single_statements(self._engine))
         if self._writer is None:
             self._writer = SqlWriter(self._sessions)
         if self._http is None:
@@ -166,6 +168,14 @@ class Launcher:
             raise RuntimeError("use the launcher as 'async with Launcher(...)'")
         return self._sessions
 
+    @property
+    def reads(self) -> async_sessionmaker[AsyncSession]:
+        """Sessions for reads alone (:func:`~scrapeflow.db.single_statements`): on
+        PostgreSQL without a transaction's two round trips around each."""
+        if self._reads is None:
+            raise RuntimeError("use the launcher as 'async with Launcher(...)'")
+        return self._reads
+
     # -- refreshing customers ----------------------------------------------------------------
 
     async def refresh_many(self, customers: Iterable[int | str]) -> list[LaunchReport]:
@@ -176,7 +186,7 @@ class Launcher:
         them raises before anything starts. A customer already being refreshed gets a report
         with ``refused``.
         """
-        async with self.sessions() as session:
+        async with self.reads() as session:
             found = [await find_customer(session, customer) for customer in customers]
         today = await self._ready(Access.customer_id.in_([row.id for row in found]))
         outcomes = await asyncio.gather(
@@ -208,7 +218,7 @@ class Launcher:
         credential (:class:`~scrapeflow.errors.VaultError`), or when the log directory cannot
         be written: nothing stored changes.
         """
-        async with self.sessions() as session:
+        async with self.reads() as session:
             found = await find_customer(session, customer)
             customer_id, external_id = found.id, found.external_id
         today = await self._ready(Access.customer_id == customer_id)
@@ -283,7 +293,7 @@ class Launcher:
         whose heartbeat goes stale within a few beats is taken over (its accesses' parts may
         still be running: their rows are left alone).
         """
-        async with self.sessions() as session:
+        async with self.reads() as session:
             found = await find_customer(session, customer)
             customer_id, external_id = found.id, found.external_id
             accesses = list(
@@ -293,9 +303,9 @@ class Launcher:
                     .order_by(Access.id)
                 )
             )
-        await self._ready(Access.customer_id == customer_id)
+        day = await self._ready(Access.customer_id == customer_id)
         await self._claims.hold_customer(customer_id, holding_job.get(), take_over=take_over)
-        spread = SpreadLaunch(secrets.token_hex(4), customer_id, external_id, tuple(accesses))
+        spread = SpreadLaunch(secrets.token_hex(4), customer_id, external_id, tuple(accesses), day)
         self._claims.customers.add(customer_id)
         try:
             await self._emit(None, spread.event(EventKind.LAUNCH_STARTED))
@@ -312,10 +322,16 @@ class Launcher:
         await self._emit(None, spread.event(EventKind.LAUNCH_FINISHED, outcome=spread.outcome))
 
     async def scrape_access(
-        self, access_id: int, *, otp: str | None = None, launch_id: str | None = None
+        self,
+        access_id: int,
+        *,
+        otp: str | None = None,
+        launch_id: str | None = None,
+        day: date | None = None,
     ) -> AccessReport:
         """Scrape one access alone (the seed's test launchers; resuming a two-factor login; a
-        part of a launch spread over workers, whose ``launch_id`` its events and log carry).
+        part of a launch spread over workers, whose ``launch_id`` its events and log carry, and
+        whose ``day`` is its launch's: else today, by the launcher's clock).
 
         The access is claimed as in a refresh (:class:`RefreshInProgress` when it is already
         being scraped); its customer's state is left alone.
@@ -326,14 +342,14 @@ class Launcher:
             .join(Access)
             .where(Access.id == access_id)
         )
-        async with self.sessions() as session:
+        async with self.reads() as session:
             found = (await session.execute(owner_of)).first()
         if found is None:
             raise InputError(f"no access with id {access_id}")
         owner_id, external_id, enabled = found
         if not enabled:
             raise InputError(f"access {access_id} is disabled: enable it to scrape it")
-        today = await self._ready(Access.id == access_id)
+        today = await self._ready(Access.id == access_id, day=day)
         otps = {access_id: otp} if otp else {}
         launch = Launch.open(
             self.log_dir,
@@ -360,10 +376,10 @@ class Launcher:
 
     # -- steps ------------------------------------------------------------------------------
 
-    async def _ready(self, accesses: ColumnElement[bool]) -> date:
-        """See :func:`check_ready`; returns the launch's day."""
-        await check_ready(self.sessions, accesses, vault=self.vault, base_url=self._base_url)
-        day = await self._today()
+    async def _ready(self, accesses: ColumnElement[bool], *, day: date | None = None) -> date:
+        """See :func:`check_ready`; returns the launch's day (``day``, when it is known)."""
+        await check_ready(self.reads, accesses, vault=self.vault, base_url=self._base_url)
+        day = day or await self._today()
         if self.log_dir is not None:
             prepare_log_dir(self.log_dir)
         return day

@@ -77,6 +77,10 @@ class SpreadLaunch:
     external_id: str
     accesses: tuple[int, ...]
     """The customer's accesses, by id, when the launch started."""
+    day: date
+    """The launch's day, the same for every part: each counts its movements' window from it
+    (a part run after midnight reads the window its launch began with, as one launch in one
+    process does), and no part asks the launcher's clock again."""
     outcome: Outcome | None = None
     """Set by the caller once the parts ended: how the refresh ended."""
 

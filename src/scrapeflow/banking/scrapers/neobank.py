@@ -15,8 +15,8 @@ The flow:
    followed; the code and the verifier buy the tokens. A poll the bank was down for is sent
    again in the same flow: starting over would send the customer a second push.
 3. **Contracts** — the bank has none: one per login, ``GET /v1/me``'s ``customerId``.
-4. **Accounts** — ``GET /v1/accounts`` (current, savings) and ``GET /v1/cards``. A card has no
-   IBAN; its masked PAN is its number.
+4. **Accounts** — ``GET /v1/accounts`` (current, savings) and ``GET /v1/cards``, at once. A card
+   has no IBAN; its masked PAN is its number.
 5. **Movements** — ``GET /v1/{accounts|cards}/{id}/transactions?from=&page=`` until ``pages``.
    A transaction's ``id`` is its reference: a card authorisation keeps it when it posts, with
    another amount (the sync reports it modified); a released one is simply gone (removed).
@@ -240,8 +240,10 @@ class NeoBankScraper(BasicScraper):
         return [ContractInfo(bank_ref=customer, name=self.title)]
 
     async def accounts(self, contract: ContractInfo) -> Sequence[AccountRecord]:
-        accounts = _items(await self._api("/v1/accounts"), "accounts", self)
-        cards = _items(await self._api("/v1/cards"), "cards", self)
+        # Both lists at once: one round trip less before the balances.
+        listed = await asyncio.gather(self._api("/v1/accounts"), self._api("/v1/cards"))
+        accounts = _items(listed[0], "accounts", self)
+        cards = _items(listed[1], "cards", self)
         return [self._account(a, contract) for a in accounts] + [
             self._card(c, contract) for c in cards
         ]
