@@ -96,7 +96,7 @@ def test_a_killed_workers_access_is_scraped_again_elsewhere_to_exact_rows(
 
     assert done["state"] == "succeeded" and done["kind"] == BANK_REFRESH
     assert [a["result"] for a in done["result"]["accesses"]] == ["success"] * len(BANKS)
-    assert {a["result"] for a in status["accesses"]} == {"success"}
+    assert {a["result"] for a in status["accesses"]} == {"success"}, (status, done, parts)
     assert len(parts) == len(BANKS)  # one job per access, the killed one run again, not twice
     assert {p["params"]["refresh"] for p in parts} == {refresh["id"]}
     assert (again["state"], again["attempts"]) == ("succeeded", 2)

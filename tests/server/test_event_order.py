@@ -106,3 +106,31 @@ async def test_closing_the_log_lands_the_events_told_before(db_url: str) -> None
     finally:
         await engine.dispose()
     assert [event.data["n"] for event in stored] == list(range(20))
+
+
+async def test_events_stored_together_keep_their_order_and_their_data(db_url: str) -> None:
+    """A batch of events appended at once is one transaction (on PostgreSQL one statement with
+    the writers' lock and the notice): each keeps its place and what it said, to the byte."""
+    engine = create_engine(db_url)
+    try:
+        async with EventLog(engine) as log:
+            data = [
+                {"n": n, "text": "ñandú 😀 \\\" '", "nested": {"list": [n, None, True]}}
+                for n in range(30)
+            ]
+            ids = await asyncio.gather(
+                *(
+                    log.append(f"test.{n}", data[n], customer=f"c{n % 3}", job_id=f"j{n % 2}")
+                    for n in range(30)
+                )
+            )
+            assert ids == sorted(ids) and len(set(ids)) == 30  # in the order appended
+            stored = await log.after(ids[0] - 1)
+    finally:
+        await engine.dispose()
+    assert [e.id for e in stored] == ids
+    assert [e.kind for e in stored] == [f"test.{n}" for n in range(30)]
+    assert [e.data for e in stored] == data
+    assert [(e.customer, e.job_id) for e in stored] == [
+        (f"c{n % 3}", f"j{n % 2}") for n in range(30)
+    ]

@@ -243,7 +243,10 @@ def test_a_postgresql_restart_mid_run_loses_and_doubles_nothing(
                     lambda j=job_id: _job_ended(client, j),
                     also=workers.check,
                 )
-                assert ended["state"] == "succeeded", ended
+                assert ended["state"] == "succeeded", {
+                    key: ended.get(key)
+                    for key in ("error", "attempts", "started_at", "finished_at")
+                }
                 if ended["attempts"] > 1:  # cut by the outage: run again once it was back
                     rerun = datetime.fromisoformat(ended["started_at"]) - back
                     assert rerun.total_seconds() < RERUN_BOUND, (n, rerun, ended)

@@ -66,20 +66,24 @@ def test_a_key_alone_is_never_held_however_much_it_asks() -> None:
     assert clock.slept == []
 
 
-def test_past_its_share_a_key_waits_while_another_key_asks() -> None:
+def test_what_a_key_used_alone_is_not_owed_when_another_key_comes() -> None:
+    """A UI's server, alone on the service for minutes with 20 requests in flight, is not
+    refused the moment an operator's key asks: what it used alone was nobody's loss."""
     clock = Clock()
     share = TimeShare(share=0.5, burst=1.0, clock=clock, sleep=clock.sleep)
-    for _ in range(40):  # 4 s of the process, alone: its account filled 2 s meanwhile
-        busy(share, clock, "heavy", requests=1, seconds=0.1)
-    share.done(at_once(share.admit("honest")))  # another key asks
+    for _ in range(120):  # 2 minutes of the whole process, alone
+        busy(share, clock, "ui", requests=20, seconds=1.0)
+    assert clock.slept == []
+    operator = at_once(share.admit("operator"))  # another key asks, and is in flight
 
-    async def heavy_again() -> None:
-        share.done(await share.admit("heavy"))
+    async def ui_again() -> None:
+        share.done(await share.admit("ui"))  # not refused: it owes only its last second
 
-    asyncio.run(heavy_again())
-    # Owed 4 s - 2 s filled - 1 s of burst = 1 s: filled again at 0.5 s a second, 2 s.
-    assert sum(clock.slept) == pytest.approx(2.0)
-    share.done(at_once(share.admit("honest")))  # the other key was never held
+    asyncio.run(ui_again())
+    # Its last 20 requests' 1 s at 0.5 s a second; owing its 2 minutes alone (60 s), it was
+    # refused 429 until the operator's key had been quiet for a second.
+    assert 0 < sum(clock.slept) <= 2.0
+    share.done(operator)
 
 
 def test_a_request_is_charged_its_part_of_the_time_shared() -> None:
@@ -129,8 +133,13 @@ def test_while_shared_a_key_has_at_most_its_bound_in_flight() -> None:
 def test_a_wait_past_the_bound_is_refused_with_when_to_come_back() -> None:
     clock = Clock()
     share = TimeShare(share=0.5, burst=1.0, clock=clock, sleep=clock.sleep)
-    busy(share, clock, "heavy", requests=40, seconds=40.0)  # owes 40 - 20 - 1 = 19 s
-    other = at_once(share.admit("other"))  # still in flight while heavy asks
+    heavy = [at_once(share.admit("heavy")) for _ in range(40)]  # alone: in at once
+    other = at_once(share.admit("other"))  # another key asks while they run, and stays
+    clock.now += 40.0
+    for permit in heavy:
+        share.done(permit)
+    # Each charged its part of 40 s among 41, at most 1 s: 40 s, less 20 s filled meanwhile
+    # and 1 s of burst (the time they ran while another key was in flight is owed): 19 s.
 
     with pytest.raises(Problem) as refused:
         asyncio.run(share.admit("heavy"))
@@ -155,9 +164,9 @@ def test_a_wait_past_the_bound_is_refused_with_when_to_come_back() -> None:
 def test_a_keys_waiting_requests_go_in_one_at_a_time() -> None:
     clock = Clock()
     share = TimeShare(share=0.5, burst=1.0, clock=clock, sleep=clock.sleep)
-    for _ in range(16):  # its typical request: ~0.2 s; owing 0.6 s
-        busy(share, clock, "heavy", requests=1, seconds=0.2)
     other = at_once(share.admit("other"))
+    # Charged 8 parts of 9 of 3.6 s (3.2 s) from 1 s, filled 1.8 s meanwhile: owes 0.4 s.
+    busy(share, clock, "heavy", requests=MOST_IN_FLIGHT, seconds=3.6)
     let_in: list[float] = []
 
     async def waits() -> None:
@@ -195,7 +204,9 @@ def test_a_key_alone_in_its_process_waits_while_another_process_serves_other_key
         here.done(await here.admit("heavy"))
 
     asyncio.run(heavy_again())
-    assert sum(clock.slept) == pytest.approx(2.0)  # as if the other key had asked here
+    # As if the other key had asked here. Owed: its last request's 0.1 s less the 0.05 s its
+    # account filled meanwhile, at 0.5 s a second; not its 4 s alone (2 s).
+    assert sum(clock.slept) == pytest.approx(0.1)
 
     clock.now += 2  # the other process's key gone quiet for more than a second: alone again
     clock.slept.clear()

@@ -6,9 +6,10 @@ Ids increase in commit order: one writer task of this process stores the events 
 meanwhile, in order, in one transaction at a time (a group commit: a hundred refreshes' events
 cost a few transactions, not a hundred), so an event never becomes visible after one with a
 higher id (a reader at id N never skips a late N-1). Between processes on one database the
-writers take turns too: on PostgreSQL each transaction first takes a transaction-scoped
+writers take turns too: on PostgreSQL each transaction takes a transaction-scoped
 advisory lock (a sequence hands out ids at insert, not at commit, so without it a process's
-N-1 could commit after another's N); SQLite lets one writer in at a time by itself.
+N-1 could commit after another's N), in the statement that inserts the batch
+(:mod:`scrapeflow.server._eventrows`); SQLite lets one writer in at a time by itself.
 ``append`` returns once its event is stored.
 
 A stream reads the database only when woken for events of its own customer or job, stored by
@@ -43,47 +44,22 @@ from functools import partial
 from typing import Any
 
 from sqlalchemy import (
-    JSON,
-    BigInteger,
-    Column,
     Connection,
-    Index,
-    Integer,
-    MetaData,
-    String,
-    Table,
     func,
-    insert,
     select,
-    text,
 )
 from sqlalchemy.ext.asyncio import AsyncEngine
 
 from scrapeflow._util.logs import get_logger
 from scrapeflow._util.tasks import stop_task
-from scrapeflow.db import UTCDateTime, create_tables, write
+from scrapeflow.db import create_tables, write
 from scrapeflow.jobs import Job, JobState
+from scrapeflow.server._eventrows import events_table, insert_events, metadata
 from scrapeflow.server._notify import EventNotices
 
 __all__ = ["EVENT_KINDS", "FINAL_JOB_EVENTS", "Event", "EventLog", "Outbox", "events_table"]
 
 _log = get_logger(__name__)
-
-metadata = MetaData()
-events_table = Table(
-    "scrapeflow_events",
-    metadata,
-    Column(
-        "id", BigInteger().with_variant(Integer, "sqlite"), primary_key=True, autoincrement=True
-    ),
-    Column("customer", String(64)),
-    Column("job_id", String(32)),
-    Column("kind", String(40), nullable=False),
-    Column("data", JSON, nullable=False),
-    Column("at", UTCDateTime, nullable=False),
-    Index("ix_scrapeflow_events_customer", "customer", "id"),
-    Index("ix_scrapeflow_events_job", "job_id", "id"),
-)
 
 FINAL_JOB_EVENTS = frozenset({"job.succeeded", "job.failed", "job.cancelled"})
 EVENT_KINDS = frozenset(
@@ -135,9 +111,6 @@ _READ = 500
 """Events one read of a stream returns at most."""
 _TAIL_ROWS = 1_000
 """New events the tail reads at once; past it, every stream is woken."""
-_EVENT_WRITERS_LOCK = 0x5CF1E7E4
-"""The PostgreSQL advisory lock the event writers of every process take turns on."""
-
 _Place = tuple[int, str | None, str | None, int]
 """Where a stream reads: after which id, of which customer and job, how many at most."""
 
@@ -309,27 +282,17 @@ class EventLog:
         ]
         outbox, notices = self.outbox, self._notices
 
+        customers = {n.customer for n in batch if n.customer is not None}
+        jobs = {n.job_id for n in batch if n.job_id is not None}
+
         def store(connection: Connection) -> tuple[list[Event], bool]:
-            if connection.dialect.name == "postgresql":
-                connection.execute(
-                    text("SELECT pg_advisory_xact_lock(:key)"), {"key": _EVENT_WRITERS_LOCK}
-                )
-            # One statement for the batch, its ids returned in the order of the rows.
-            ids = connection.execute(
-                insert(events_table).returning(events_table.c.id, sort_by_parameter_order=True),
-                rows,
-            )
+            notice = None if notices is None else notices.payload(customers, jobs)
+            ids = insert_events(connection, rows, notice)
             stored = [
                 Event(int(event_id), new.kind, new.customer, new.job_id, new.data, new.at)
-                for (event_id,), new in zip(ids.all(), batch, strict=True)
+                for event_id, new in zip(ids, batch, strict=True)
             ]
             wrote = bool(outbox is not None and outbox(connection, stored))
-            if notices is not None:
-                notices.send(
-                    connection,
-                    {e.customer for e in stored if e.customer is not None},
-                    {e.job_id for e in stored if e.job_id is not None},
-                )
             return stored, wrote
 
         stored, wrote = await write(self.engine, store)

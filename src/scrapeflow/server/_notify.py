@@ -18,7 +18,6 @@ from collections.abc import Callable, Collection
 from typing import Any
 
 import orjson
-from sqlalchemy import Connection, text
 from sqlalchemy.ext.asyncio import AsyncEngine
 
 from scrapeflow._util.logs import get_logger
@@ -48,17 +47,16 @@ class EventNotices:
         self.listening = asyncio.Event()
         """Set while the listening connection is up (tests wait on it)."""
 
-    def send(self, connection: Connection, customers: set[str], jobs: set[str]) -> None:
-        """Queue the notice on ``connection``'s transaction: sent when it commits."""
+    def payload(self, customers: set[str], jobs: set[str]) -> str:
+        """The notice of events of these customers and jobs, for the ``pg_notify`` on
+        :data:`CHANNEL` of the statement that stores them (its transaction sends it when it
+        commits)."""
         payload = orjson.dumps(
             {"from": self.sender, "customers": sorted(customers), "jobs": sorted(jobs)}
         )
         if len(payload) > _MAX_PAYLOAD:
             payload = orjson.dumps({"from": self.sender, "all": True})
-        connection.execute(
-            text("SELECT pg_notify(:channel, :payload)"),
-            {"channel": CHANNEL, "payload": payload.decode()},
-        )
+        return payload.decode()
 
     async def start(self) -> None:
         self._task = asyncio.create_task(self._listen(), name="event notices")

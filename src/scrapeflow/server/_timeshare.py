@@ -14,9 +14,12 @@ While another key's requests are in flight or came within the last :data:`BUSY_W
 request whose key is past its account (what its requests in flight have been charged so far
 counted) **waits its turn**, and so does one that would put more than
 :data:`MOST_IN_FLIGHT` of its key's requests in flight (the key's waiting requests in order,
-one at a time). A key alone on the service is never held, however much it asks. A request
-that would wait more than :data:`LONGEST_WAIT` is answered 429 ``too-many-requests`` with
-``Retry-After`` instead: the wait is bounded, and so is what a key can queue.
+one at a time). A key alone on the service is never held, however much it asks, and what it
+used alone is not owed once another key comes: a request let in alone clears its key's debt,
+as a fair scheduler starts a newcomer level with the others rather than charging the one
+that ran alone for its past. A request that would wait more than :data:`LONGEST_WAIT` is
+answered 429 ``too-many-requests`` with ``Retry-After`` instead: the wait is bounded, and so
+is what a key can queue.
 
 The accounts are this process's: with several ``serve`` processes, a key has a share of each.
 Whether the service is shared is every process's question, though (:class:`Siblings`): the
@@ -204,7 +207,10 @@ class TimeShare:
         longer than :data:`LONGEST_WAIT`."""
         now = self.clock()
         account = self._account(key_id, now)
-        if account.waiting or (self.shared(key_id, now) and not self._may_go(account, now)):
+        shared = self.shared(key_id, now)
+        if not shared:  # what it used alone was nobody's loss: not owed
+            account.budget = max(account.budget, 0.0)
+        if account.waiting or (shared and not self._may_go(account, now)):
             await self._wait_turn(key_id, account, now)
             now = self.clock()
         started = self.shared_time(now)
