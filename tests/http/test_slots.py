@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import itertools
 from collections.abc import AsyncIterator
 
 import pytest
@@ -127,9 +126,11 @@ async def test_per_host_delay_spaces_requests(limited) -> None:
     async with HttpClient(config) as http:
         await asyncio.gather(*(http.get(f"{url}/ok/{n}") for n in range(4)))
     arrivals = sorted(hit.arrived for hit in recorder.hits)
-    gaps = [b - a for a, b in itertools.pairwise(arrivals)]
-    assert len(gaps) == 3
-    assert min(gaps) >= 0.18  # measured by the server; nothing asserted on an upper bound
+    assert len(arrivals) == 4
+    # Measured by the server, against the first start's grid (a start the machine ran late
+    # comes near the next one, on time); nothing asserted on an upper bound.
+    since_first = [t - arrivals[0] for t in arrivals]
+    assert all(t >= k * 0.2 * 0.9 for k, t in enumerate(since_first)), since_first
 
 
 async def test_a_host_policy_applies_through_proxies_too(limited) -> None:
@@ -229,16 +230,17 @@ async def test_a_lone_503_naming_no_wait_does_not_slow_the_host(limited) -> None
 
 
 async def test_starts_keep_to_a_grid_whatever_the_jitter(limited) -> None:
-    """Jitter makes a start late, never early: two starts are at least delay * (1 - jitter)
-    apart, and N starts span at least (N - 1) * delay less one jitter (as the server saw)."""
+    """Jitter makes a start late, never early: the k-th start comes at least k delays less one
+    jitter after the first (as the server saw). Not pair by pair: a start the machine ran late
+    (the process not scheduled) comes near the next one, on time (CI saw 36 ms, not 45)."""
     url, recorder, _ = limited
     policy = HostPolicy(concurrency=8, delay=0.1, jitter=0.5)
     async with HttpClient(HttpConfig(host=policy, retry=NO_RETRY)) as http:
         await asyncio.gather(*(http.get(f"{url}/ok/{n}") for n in range(12)))
     arrivals = sorted(hit.arrived for hit in recorder.hits)
     assert len(arrivals) == 12
-    assert min(b - a for a, b in itertools.pairwise(arrivals)) >= 0.1 * 0.5 * 0.9
-    assert arrivals[-1] - arrivals[0] >= (11 - 0.5) * 0.1 * 0.9
+    early = [k for k in range(1, 12) if arrivals[k] - arrivals[0] < (k - 0.5) * 0.1 * 0.9]
+    assert early == [], [round(t - arrivals[0], 3) for t in arrivals]
 
 
 async def test_an_idle_slot_starts_up_to_its_burst_at_once(limited) -> None:
@@ -270,7 +272,7 @@ async def test_a_retry_after_forfeits_the_saved_burst(limited) -> None:
     (refused,) = recorder.at("/limited")
     after = sorted(hit.arrived for hit in recorder.hits if hit is not refused)
     assert after[0] - refused.arrived >= 0.9
-    assert min(b - a for a, b in itertools.pairwise(after)) >= 0.3 * 0.9
+    assert all(t - after[0] >= k * 0.3 * 0.9 for k, t in enumerate(after))  # on its grid
 
 
 async def test_a_place_given_back_unused_never_puts_two_starts_on_one_instant() -> None:
