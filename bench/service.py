@@ -273,6 +273,7 @@ def database(kind: str, workdir: Path) -> Iterator[str]:
 class ClientStats:
     latency: dict[str, list[float]] = field(default_factory=lambda: {})
     balance_event: list[float] = field(default_factory=list)
+    balance_by_bank: dict[str, list[float]] = field(default_factory=lambda: {})
     refresh_total: list[float] = field(default_factory=list)
     completed: int = 0
     errors: Counter[str] = field(default_factory=Counter)
@@ -390,7 +391,11 @@ async def _one_customer(http: Any, customer: str, spec: dict[str, Any], stats: C
             stats.errors[f"refresh: {what}"] += 1
             return
         if job_id in watch.first_accounts:
-            stats.balance_event.append(watch.first_accounts[job_id] - posted)
+            balance = watch.first_accounts[job_id] - posted
+            stats.balance_event.append(balance)
+            banks = {access["bank"] for access in status["accesses"]}
+            bank = banks.pop() if len(banks) == 1 else "several banks"
+            stats.balance_by_bank.setdefault(bank, []).append(balance)
         else:
             stats.errors["refresh: no bank.accounts event"] += 1
         stats.refresh_total.append(final[1] - posted)
@@ -450,6 +455,7 @@ async def _clients(spec: dict[str, Any]) -> dict[str, Any]:
         "peak_rss_mb": round(peak_rss_mb(), 1),
         "latency": stats.latency,
         "balance_event": stats.balance_event,
+        "balance_by_bank": stats.balance_by_bank,
         "refresh_total": stats.refresh_total,
         "completed": stats.completed,
         "errors": dict(stats.errors),
@@ -498,6 +504,10 @@ def merge(parts: Sequence[dict[str, Any]]) -> dict[str, Any]:
     return {
         "latency": latency,
         "balance_event": [v for p in parts for v in p["balance_event"]],
+        "balance_by_bank": {
+            bank: [v for p in parts for v in p["balance_by_bank"].get(bank, [])]
+            for bank in sorted({bank for p in parts for bank in p["balance_by_bank"]})
+        },
         "refresh_total": [v for p in parts for v in p["refresh_total"]],
         "completed": total("completed"),
         "not_started": total("not_started"),
@@ -757,9 +767,9 @@ async def measure_read_cost(
                 while sent < count:
                     sent += 1
                     async with http.get(path.format(customers[sent % len(customers)])) as answer:
-                        await answer.read()
+                        body = await answer.read()
                         if answer.status != 200:
-                            raise RuntimeError(f"{what}: HTTP {answer.status}")
+                            raise RuntimeError(f"{what}: HTTP {answer.status} {body[:300]!r}")
 
             await asyncio.gather(*(reader(300) for _ in range(20)))  # warm: caches, statements
             sent = 0
@@ -791,6 +801,9 @@ def summarize(args: argparse.Namespace, raw: dict[str, Any]) -> dict[str, Any]:
         "refresh_post_ms": spread(lat.get("refresh", []), 1000),
         "events_open_ms": spread(lat.get("events_open", []), 1000),
         "balance_event_s": spread(m["balance_event"]),
+        "balance_event_s_by_bank": {
+            bank: spread(values) for bank, values in m["balance_by_bank"].items()
+        },
         "refresh_total_s": spread(m["refresh_total"]),
         "refreshes_completed": m["completed"],
         "errors": errors,
@@ -921,6 +934,9 @@ def print_table(out: dict[str, Any]) -> None:
     ]
     for what, d in r["read_ms_by_endpoint"].items():
         rows.insert(1, (f"  GET {what} ({d['count']})", d, " ms", "", None))
+    at = next(n for n, row in enumerate(rows) if row[0].startswith("  (seed's"))
+    for bank, d in reversed(r["balance_event_s_by_bank"].items()):
+        rows.insert(at, (f"  {bank} ({d['count']})", d, " s", "", None))
     for label, d, unit, goal, rat in rows:
         print(
             f"  {label:34}{fmt(d['p50'], unit):>10}{fmt(d['p95'], unit):>10}"
