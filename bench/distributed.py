@@ -87,11 +87,13 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
+import itertools
 import json
 import os
 import re
 import shutil
 import signal
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -99,7 +101,7 @@ import time
 from collections import Counter
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
@@ -345,7 +347,7 @@ async def prepare_database(db_url: str) -> None:
         await open_keys(engine)
         webhooks = Webhooks(engine)
         await webhooks.open()
-        async with EventLog(engine, outbox=webhooks.enqueue):
+        async with EventLog(engine, outbox=webhooks):
             pass
     finally:
         await engine.dispose()
@@ -1055,6 +1057,7 @@ def chain_phase(args: argparse.Namespace, workdir: Path) -> dict[str, Any]:
             page = raw["seconds"] / max(1, raw["pages"])
             run["ms_per_page"] = round(1000 * page, 1)
             run["job_overhead_ms_per_page"] = round(1000 * (page - loop_page), 1)
+            run["page_phases_ms"] = raw["page_phases_ms"]
             runs[setup] = run
     return {
         "settings": {
@@ -1098,13 +1101,36 @@ async def chain(setup: Setup, params: Mapping[str, Any]) -> dict[str, Any]:
             await run.until(ended)
         finally:
             figures = run.window.close()
-        last = (await run.queue.find(kind=kind, limit=1))[0]  # newest first: the last page
+        pages = await run.queue.find(kind=kind, limit=int(params["pages"]) + 10)
+        last = pages[0]  # newest first: the last page
     figures["seconds"] = ((last.finished_at or started) - started).total_seconds()
+    figures["page_phases_ms"] = page_phases(sorted(pages, key=lambda job: job.created_at))
     figures["pages"] = counts.get((kind, JobState.SUCCEEDED), 0)
     figures["outcomes"] = {state.value: n for (k, state), n in counts.items() if k == kind}
     figures["outcomes"]["last_page"] = (last.result or {}).get("page")
     figures["worker_log"] = worker_log(setup.log)
     return figures
+
+
+def page_phases(pages: Sequence[Any]) -> dict[str, float | None]:
+    """Medians over a chain's pages, in ms: a page's run (its claim to its end: the fetch, the
+    next page's submit, the end's write), and the hop from a page's end to the next page's
+    start (negative: the next started before this one's end was stored)."""
+    runs = [p.finished_at - p.started_at for p in pages if p.finished_at and p.started_at]
+    hops = [
+        b.started_at - a.finished_at
+        for a, b in itertools.pairwise(pages)
+        if a.finished_at and b.started_at
+    ]
+
+    def median(values: list[timedelta]) -> float | None:
+        return (
+            round(statistics.median(v.total_seconds() for v in values) * 1000, 1)
+            if values
+            else None
+        )
+
+    return {"run": median(runs), "hop": median(hops)}
 
 
 # --- the tables ---------------------------------------------------------------------------------
@@ -1196,6 +1222,11 @@ def print_chain(part: dict[str, Any]) -> None:
             f"{run['job_overhead_ms_per_page']} ms more than the loop; CPU per page: workers "
             f"{fmt(per_page['workers'], ' ms')}, "
             f"PostgreSQL {fmt(per_page['postgresql'], ' ms')}; {run['outcomes']}"
+        )
+        phases = run.get("page_phases_ms") or {}
+        print(
+            f"  {setup:10} a page's run (claim to end) {fmt(phases.get('run'), ' ms')}, "
+            f"from its end to the next page's start {fmt(phases.get('hop'), ' ms')} (medians)"
         )
         for what, times in run["worker_log"].items():
             print(f"  {setup}: workers logged x{times}: {what}")

@@ -12,19 +12,27 @@ from collections.abc import Sequence
 from sqlalchemy import Connection, text
 
 from scrapeflow.db import create_engine
-from scrapeflow.server._events import Event, EventLog
+from scrapeflow.server._events import Event, EventLog, Told
 
 APPENDS = 40
 
 
-def slow_outbox(connection: Connection, events: Sequence[Event]) -> None:
+class SlowOutbox:
     """Holds the events' transaction open a moment, as a webhook fan-out to many keys does: in
     the database on PostgreSQL (the other writers go on meanwhile); SQLite has one writer at a
     time, and this one holds the process too."""
-    if connection.dialect.name == "postgresql":
-        connection.execute(text("SELECT pg_sleep(0.02)"))
-    else:
-        time.sleep(0.02)
+
+    def enqueue(self, connection: Connection, events: Sequence[Event]) -> None:
+        if connection.dialect.name == "postgresql":
+            connection.execute(text("SELECT pg_sleep(0.02)"))
+        else:
+            time.sleep(0.02)
+
+    def quiet(self, events: Sequence[Told]) -> None:
+        return None  # every batch in a transaction, slow to commit
+
+
+slow_outbox = SlowOutbox()
 
 
 async def test_a_reader_never_skips_an_event_another_process_commits_late(db_url: str) -> None:

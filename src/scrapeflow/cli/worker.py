@@ -89,7 +89,7 @@ async def _work(config: Settings) -> None:
         webhooks = Webhooks(engine)  # what an event calls for is written with it, here too
         await webhooks.open()
         pause, first = _FIRST_PAUSE, True
-        async with EventLog(engine, outbox=webhooks.enqueue) as events:
+        async with EventLog(engine, outbox=webhooks) as events:
             while not stop.is_set():
                 try:
                     ran = await _take_jobs(config, engine, events, stop, announce=first)

@@ -62,7 +62,7 @@ def create_app(settings: Settings) -> FastAPI:
             await open_keys(engine)
             webhooks = Webhooks(engine)
             await webhooks.open()
-            events = EventLog(engine, outbox=webhooks.enqueue)
+            events = EventLog(engine, outbox=webhooks)
             # With procrastinate, workers run the jobs; the service only submits them.
             runs_jobs = settings.jobs_backend == "embedded"
             # The courier stops after the queue: the events of the queue's shutdown are queued

@@ -4,6 +4,7 @@ other processes' writers (see :mod:`scrapeflow.server._events`)."""
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
 from typing import Any
 
 from sqlalchemy import (
@@ -25,7 +26,7 @@ from sqlalchemy.sql.elements import BindParameter
 from scrapeflow.db import UTCDateTime
 from scrapeflow.server._notify import CHANNEL
 
-__all__ = ["events_table", "insert_events", "metadata"]
+__all__ = ["Guard", "events_table", "insert_events", "metadata"]
 
 metadata = MetaData()
 events_table = Table(
@@ -47,6 +48,17 @@ events_table = Table(
 _EVENT_WRITERS_LOCK = 0x5CF1E7E4
 """The PostgreSQL advisory lock the event writers of every process take turns on."""
 
+
+@dataclass(frozen=True, slots=True)
+class Guard:
+    """A condition a batch of events is stored under, checked in the statement that stores it
+    (PostgreSQL): ``sql`` a boolean SQL expression whose bound parameters are ``params`` (their
+    names start with ``guard_``). Fails, and nothing is stored."""
+
+    sql: str
+    params: Mapping[str, Any] = field(default_factory=dict)
+
+
 _CASTS = {
     "customer": "VARCHAR",
     "job_id": "VARCHAR",
@@ -58,7 +70,10 @@ _CASTS = {
 
 
 def _insert_in_turn(
-    connection: Connection, rows: Sequence[Mapping[str, Any]], notice: str | None
+    connection: Connection,
+    rows: Sequence[Mapping[str, Any]],
+    notice: str | None,
+    guard: Guard | None,
 ) -> list[int]:
     """Store the batch on PostgreSQL in one statement that first takes the writers' turn (the
     advisory lock, held until commit) and queues the notice: the ids of the rows, in order.
@@ -69,10 +84,15 @@ def _insert_in_turn(
     their order and draw their ids in that order under the lock: the ids, ascending, are the
     rows'. The lock's and the notice's one-row subqueries are joined to every row (PostgreSQL
     takes a lock it holds again at no cost, and sends identical notices of one transaction
-    once)."""
+    once). With a ``guard``, the rows are stored only where it holds: none, else."""
     values: list[str] = []
     params: dict[str, Any] = {"lock": _EVENT_WRITERS_LOCK}
     binds: list[BindParameter[Any]] = [bindparam("lock")]
+    where = ""
+    if guard is not None:
+        params |= guard.params
+        binds += [bindparam(name) for name in guard.params]
+        where = f"WHERE {guard.sql} "
     notify = ""
     if notice is not None:
         params |= {"channel": CHANNEL, "notice": notice}
@@ -92,19 +112,25 @@ def _insert_in_turn(
         "SELECT v.customer, v.job_id, v.kind, v.data, v.at "
         f"FROM (SELECT pg_advisory_xact_lock(:lock)) AS turn{notify}, "
         f"(VALUES {', '.join(values)}) AS v(customer, job_id, kind, data, at, n) "
-        "ORDER BY v.n RETURNING id"
+        f"{where}ORDER BY v.n RETURNING id"
     ).bindparams(*binds)
     return sorted(int(i) for i in connection.execute(statement, params).scalars())
 
 
 def insert_events(
-    connection: Connection, rows: Sequence[Mapping[str, Any]], notice: str | None
+    connection: Connection,
+    rows: Sequence[Mapping[str, Any]],
+    notice: str | None,
+    guard: Guard | None = None,
 ) -> list[int]:
     """Store a batch of events (``rows``: customer, job_id, kind, data, at) in one statement,
     with the notice ``notice`` of :data:`~scrapeflow.server._notify.CHANNEL` where there is one
-    (PostgreSQL): the ids of the rows, in order."""
+    (PostgreSQL): the ids of the rows, in order. With a ``guard`` (PostgreSQL only), nothing
+    is stored where it fails: no ids."""
     if connection.dialect.name == "postgresql":
-        return _insert_in_turn(connection, rows, notice)
+        return _insert_in_turn(connection, rows, notice, guard)
+    if guard is not None:
+        raise ValueError("a guarded insert of events is PostgreSQL's")
     # SQLite lets one writer in at a time by itself, and has no notices
     stored = connection.execute(
         insert(events_table).returning(events_table.c.id, sort_by_parameter_order=True), rows

@@ -20,8 +20,12 @@ streams. A stream also reads at a periodic catch-up (every ``catch_up`` seconds,
 0.75 to 1.5 times, so that a thousand streams do not read at once), in case a notice was lost.
 An idle stream holds no database connection: it waits on an in-process event.
 
-An ``outbox`` hook runs inside the transaction that stores the event: what it writes (the
-webhook deliveries the event calls for) commits with the event or not at all.
+An ``outbox`` runs inside the transaction that stores the event: what it writes (the webhook
+deliveries the event calls for) commits with the event or not at all. On PostgreSQL, a batch
+the outbox knows it wants nothing of, as long as a condition holds (its registry unchanged),
+is stored in one statement of its own under that condition, without a transaction's round
+trips around it; should the condition fail, nothing was stored and the batch goes the usual
+way.
 """
 
 from __future__ import annotations
@@ -32,7 +36,6 @@ import random
 from collections.abc import (
     AsyncIterator,
     Awaitable,
-    Callable,
     Collection,
     Iterator,
     Mapping,
@@ -41,7 +44,7 @@ from collections.abc import (
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from functools import partial
-from typing import Any
+from typing import Any, Protocol
 
 from sqlalchemy import (
     Connection,
@@ -52,9 +55,9 @@ from sqlalchemy.ext.asyncio import AsyncEngine
 
 from scrapeflow._util.logs import get_logger
 from scrapeflow._util.tasks import stop_task
-from scrapeflow.db import create_tables, write
+from scrapeflow.db import create_tables, single_statements, write
 from scrapeflow.jobs import Job, JobState
-from scrapeflow.server._eventrows import events_table, insert_events, metadata
+from scrapeflow.server._eventrows import Guard, events_table, insert_events, metadata
 from scrapeflow.server._notify import EventNotices
 
 __all__ = ["EVENT_KINDS", "FINAL_JOB_EVENTS", "Event", "EventLog", "Outbox", "events_table"]
@@ -114,10 +117,32 @@ _TAIL_ROWS = 1_000
 _Place = tuple[int, str | None, str | None, int]
 """Where a stream reads: after which id, of which customer and job, how many at most."""
 
-Outbox = Callable[[Connection, Sequence[Event]], bool | None]
-"""Writes what must be sent about new events, on the connection (and in the transaction) that
-stores them: the events a transaction stores together, in the order of their ids. True when it
-wrote something (then :attr:`EventLog.next_change` is set once it is committed)."""
+
+class Told(Protocol):
+    """An event as its telling knows it, before it is stored (and after: an :class:`Event`)."""
+
+    @property
+    def kind(self) -> str: ...
+    @property
+    def customer(self) -> str | None: ...
+    @property
+    def data(self) -> dict[str, Any]: ...
+
+
+class Outbox(Protocol):
+    """Writes what must be sent about new events, in the transaction that stores them."""
+
+    def enqueue(self, connection: Connection, events: Sequence[Event]) -> bool | None:
+        """On the connection (and in the transaction) that stores ``events`` (those stored
+        together, in the order of their ids): write what must be sent about them. True when
+        it wrote something (then :attr:`EventLog.next_change` is set once it is committed)."""
+        ...
+
+    def quiet(self, events: Sequence[Told]) -> Guard | None:
+        """A condition under which the outbox wants nothing of ``events`` (checked in the
+        statement that stores them: PostgreSQL), or None when it may want something or does
+        not know."""
+        ...
 
 
 class EventLog:
@@ -132,6 +157,7 @@ class EventLog:
         outbox: Outbox | None = None,
     ) -> None:
         self.engine = engine
+        self._single = single_statements(engine)
         self.catch_up = catch_up
         """About how often an idle stream reads anyway, in case a wake-up was lost (jittered)."""
         self.tail_every = tail_every
@@ -285,14 +311,26 @@ class EventLog:
         customers = {n.customer for n in batch if n.customer is not None}
         jobs = {n.job_id for n in batch if n.job_id is not None}
 
-        def store(connection: Connection) -> tuple[list[Event], bool]:
-            notice = None if notices is None else notices.payload(customers, jobs)
-            ids = insert_events(connection, rows, notice)
-            stored = [
+        notice = None if notices is None else notices.payload(customers, jobs)
+
+        def events(ids: Sequence[int]) -> list[Event]:
+            return [
                 Event(int(event_id), new.kind, new.customer, new.job_id, new.data, new.at)
                 for event_id, new in zip(ids, batch, strict=True)
             ]
-            wrote = bool(outbox is not None and outbox(connection, stored))
+
+        guard = None
+        if outbox is not None and self.engine.dialect.name == "postgresql":
+            guard = outbox.quiet(batch)
+        if guard is not None:
+            # Nothing to write beside the events while the guard holds: one statement.
+            ids = await write(self._single, lambda c: insert_events(c, rows, notice, guard))
+            if ids:
+                return events(ids)
+
+        def store(connection: Connection) -> tuple[list[Event], bool]:
+            stored = events(insert_events(connection, rows, notice))
+            wrote = bool(outbox is not None and outbox.enqueue(connection, stored))
             return stored, wrote
 
         stored, wrote = await write(self.engine, store)

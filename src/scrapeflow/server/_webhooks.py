@@ -4,7 +4,10 @@ outbox. See ``docs/webhooks.md``.
 * :class:`Webhooks` keeps the registry (``scrapeflow_webhooks``) and the outbox, which is also
   the delivery log (``scrapeflow_webhook_deliveries``). Its :meth:`Webhooks.enqueue` is the
   event log's outbox hook: one pending delivery per webhook that wants the event, written in
-  the transaction that stores the event, so a process dying right after loses nothing.
+  the transaction that stores the event, so a process dying right after loses nothing. On
+  PostgreSQL it remembers the registry it read last, with its fingerprint: a batch of events
+  none of whose webhooks wants is stored in one statement under "the registry's fingerprint is
+  still this one" (:meth:`Webhooks.quiet`), with no read of the registry and no transaction.
 * :class:`~scrapeflow.server._courier.Courier` is the delivery loop the app's lifespan runs
   (in ``_courier.py``): it claims due deliveries with
   a lease, POSTs each signed (``Scrapeflow-Signature: t=<unix>,v1=<HMAC-SHA256 of "t.body">``),
@@ -47,11 +50,13 @@ from sqlalchemy import (
     insert,
     or_,
     select,
+    text,
 )
 from sqlalchemy.ext.asyncio import AsyncEngine
 
 from scrapeflow.db import UTCDateTime, create_tables
-from scrapeflow.server._events import EVENT_KINDS, Event
+from scrapeflow.server._eventrows import Guard
+from scrapeflow.server._events import EVENT_KINDS, Event, Told
 from scrapeflow.server._keys import ApiKey, Scope, keys_table
 
 if TYPE_CHECKING:
@@ -197,6 +202,30 @@ def _wants(filters: Sequence[str], kind: str) -> bool:
     )
 
 
+_REGISTRY_PRINT = """(SELECT md5(coalesce(string_agg(concat_ws('|', w.id, w.key_id,
+    w.events::text, k.customers::text, k.scopes::text, extract(epoch FROM k.expires_at)::text),
+    E'\\n' ORDER BY w.id), ''))
+  FROM scrapeflow_webhooks AS w JOIN scrapeflow_api_keys AS k ON k.id = w.key_id
+  WHERE NOT k.revoked)"""
+"""PostgreSQL: a fingerprint of what decides who gets an event (every webhook of a key not
+revoked: its filters, its key's customers, scopes and expiry), whatever else changes (a key's
+last use)."""
+_REGISTRY_READ = text(
+    f"SELECT {_REGISTRY_PRINT} AS print, w.id, w.events, w.key_id, "  # noqa: S608 - constants
+    "k.customers, k.scopes, k.expires_at FROM (SELECT 1) AS one "
+    "LEFT JOIN (scrapeflow_webhooks AS w JOIN scrapeflow_api_keys AS k ON k.id = w.key_id "
+    "AND NOT k.revoked) ON true"
+).columns(events=JSON, customers=JSON, scopes=JSON, expires_at=UTCDateTime)
+
+
+@dataclass(frozen=True, slots=True)
+class _Registry:
+    """The webhooks (with their keys' customers, scopes and expiry) as read at ``print``."""
+
+    print: str
+    rows: tuple[Any, ...]
+
+
 def _webhook(row: Any) -> Webhook:
     return Webhook(row.id, row.key_id, row.url, tuple(row.events or ()), row.created_at)
 
@@ -222,6 +251,8 @@ class Webhooks:
 
     def __init__(self, engine: AsyncEngine) -> None:
         self.engine = engine
+        self._known: _Registry | None = None
+        """PostgreSQL: the registry as the last batch of events read it."""
 
     async def open(self) -> None:
         """Create the tables when they are missing; idempotent."""
@@ -303,29 +334,13 @@ class Webhooks:
             return int(pending.scalar_one())
 
     def enqueue(self, connection: Connection, events: Sequence[Event]) -> bool:
-        """The event log's outbox hook: a pending delivery of each event for each webhook that
+        """The event log's outbox: a pending delivery of each event for each webhook that
         wants it, on the events' own connection and transaction (the webhooks read once for
-        the events stored together). A key restricted to customers
-        gets only their events; the events of a job of no customer (a fetch or run job) go to
-        the webhooks of the key that made it and of unrestricted admin keys only; a revoked or
-        expired key's webhooks get nothing."""
-        k = keys_table.c
-        rows = (
-            connection.execute(
-                select(
-                    webhooks_table.c.id,
-                    webhooks_table.c.events,
-                    webhooks_table.c.key_id,
-                    k.customers,
-                    k.scopes,
-                )
-                .join(keys_table, k.id == webhooks_table.c.key_id)
-                .where(
-                    k.revoked.is_(False),
-                    or_(k.expires_at.is_(None), k.expires_at > datetime.now(UTC)),
-                )
-            )
-        ).all()
+        the events stored together). A key restricted to customers gets only their events;
+        the events of a job of no customer (a fetch or run job) go to the webhooks of the key
+        that made it and of unrestricted admin keys only; a revoked or expired key's webhooks
+        get nothing."""
+        rows = self._registry(connection)
         if not rows:
             return False
         deliveries = [
@@ -345,8 +360,51 @@ class Webhooks:
             connection.execute(insert(deliveries_table), deliveries)
         return bool(deliveries)
 
+    def quiet(self, events: Sequence[Told]) -> Guard | None:
+        """The event log's outbox: on PostgreSQL, when the registry last read wants none of
+        ``events``, the condition that it is still the same (its fingerprint); else None."""
+        known = self._known
+        if known is None:
+            return None
+        rows = _live(known.rows)
+        if any(_wanting(rows, event) for event in events):
+            return None
+        return Guard(f"{_REGISTRY_PRINT} = :guard_print", {"guard_print": known.print})
 
-def _wanting(rows: Sequence[Any], event: Event) -> list[int]:
+    def _registry(self, connection: Connection) -> list[Any]:
+        """The webhooks of keys neither revoked nor expired, with their keys' customers and
+        scopes; on PostgreSQL, remembered with their fingerprint (:meth:`quiet`)."""
+        if connection.dialect.name == "postgresql":
+            found = connection.execute(_REGISTRY_READ).all()
+            rows = tuple(row for row in found if row.id is not None)
+            self._known = _Registry(found[0].print, rows)
+            return _live(rows)
+        k = keys_table.c
+        return list(
+            connection.execute(
+                select(
+                    webhooks_table.c.id,
+                    webhooks_table.c.events,
+                    webhooks_table.c.key_id,
+                    k.customers,
+                    k.scopes,
+                )
+                .join(keys_table, k.id == webhooks_table.c.key_id)
+                .where(
+                    k.revoked.is_(False),
+                    or_(k.expires_at.is_(None), k.expires_at > datetime.now(UTC)),
+                )
+            ).all()
+        )
+
+
+def _live(rows: Sequence[Any]) -> list[Any]:
+    """The rows whose key has not expired by now."""
+    now = datetime.now(UTC)
+    return [row for row in rows if row.expires_at is None or row.expires_at > now]
+
+
+def _wanting(rows: Sequence[Any], event: Told) -> list[int]:
     """The webhooks (of ``rows``: id, events, key id, the key's customers and scopes) that get
     ``event``."""
     owner = event.data.get("submitted_by") if event.customer is None else None
