@@ -1114,9 +1114,13 @@ async def chain(setup: Setup, params: Mapping[str, Any]) -> dict[str, Any]:
 
 def page_phases(pages: Sequence[Any]) -> dict[str, float | None]:
     """Medians over a chain's pages, in ms: a page's run (its claim to its end: the fetch, the
-    next page's submit, the end's write), and the hop from a page's end to the next page's
-    start (negative: the next started before this one's end was stored)."""
+    next page's submit, the end's write); from its claim to the next page's submit (the
+    fetch); from a page's submit to its claim (its insert, event and dispatch); and the hop
+    from a page's end to the next page's start (negative: the next started before this one's
+    end was stored)."""
     runs = [p.finished_at - p.started_at for p in pages if p.finished_at and p.started_at]
+    waits = [p.started_at - p.created_at for p in pages[1:] if p.started_at]
+    fetches = [b.created_at - a.started_at for a, b in itertools.pairwise(pages) if a.started_at]
     hops = [
         b.started_at - a.finished_at
         for a, b in itertools.pairwise(pages)
@@ -1130,7 +1134,12 @@ def page_phases(pages: Sequence[Any]) -> dict[str, float | None]:
             else None
         )
 
-    return {"run": median(runs), "hop": median(hops)}
+    return {
+        "run": median(runs),
+        "to_next_submit": median(fetches),
+        "queued_to_started": median(waits),
+        "hop": median(hops),
+    }
 
 
 # --- the tables ---------------------------------------------------------------------------------
@@ -1226,7 +1235,9 @@ def print_chain(part: dict[str, Any]) -> None:
         phases = run.get("page_phases_ms") or {}
         print(
             f"  {setup:10} a page's run (claim to end) {fmt(phases.get('run'), ' ms')}, "
-            f"from its end to the next page's start {fmt(phases.get('hop'), ' ms')} (medians)"
+            f"claim to the next page's submit {fmt(phases.get('to_next_submit'), ' ms')}, "
+            f"submit to claim {fmt(phases.get('queued_to_started'), ' ms')}, "
+            f"end to the next page's claim {fmt(phases.get('hop'), ' ms')} (medians)"
         )
         for what, times in run["worker_log"].items():
             print(f"  {setup}: workers logged x{times}: {what}")
