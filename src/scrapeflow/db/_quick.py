@@ -39,10 +39,12 @@ from scrapeflow.db._engine import sqlite_file
 __all__ = ["POOL_SIZE", "QuickQuery", "QuickReads"]
 
 Processor = Callable[[Any], Any] | None
-POOL_SIZE = 12
-"""Connections of asyncpg's pool for the quick reads of one process. With 4, under
-``bench/service.py`` on PostgreSQL (a hundred clients, two processes), a read waited 75–90 ms
-(p95) for a connection, for 17–19 ms of its own; with 8, 13–15 ms; with 12, under 1 ms."""
+POOL_SIZE = 8
+"""Connections of asyncpg's pool for the quick reads of one process. Under
+``bench/service.py`` on PostgreSQL (a hundred clients, two processes, PostgreSQL on the same
+two cores), a read waited for a connection 75–90 ms (p95) with 4, for 17–19 ms of its own;
+13–15 ms with 8; under 1 ms with 12, but then the reads took more of the database's time from
+the refreshes' writes (all updated p95 12 s in two runs, 10 s with 8)."""
 
 
 class QuickQuery:
