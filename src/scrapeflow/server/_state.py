@@ -120,6 +120,13 @@ class ServiceState:
         """Where the routes' reads of customers' data go: the quick reads when there are."""
         return self.sessions if self.quick is None else self.quick
 
+    @property
+    def reads_wait(self) -> bool:
+        """Whether a read waits for a database server (PostgreSQL): then a route's reads that
+        do not depend on each other go at once. A quick read of SQLite answers in the calling
+        thread, and two of them side by side cost two turns of the event loop more."""
+        return self.engine.dialect.name == "postgresql"
+
     def begin_shutdown(self) -> None:
         """The first step of a stop, at the signal: streams end, the queue takes no new job."""
         if self.closing.is_set():

@@ -53,13 +53,17 @@ async def status(customer: CustomerId, state: State, key: CustomerViewer) -> Cus
     from scrapeflow.banking import Outcome, ScrapeState, customer_status, outcome_of
 
     # The customer and its accesses in one read: a launch claims the customer before its
-    # accesses and the watchdog frees both at once, so they are never seen half-updated. The
-    # last refresh job is read beside it, not after it: a status waits for one read, not two
-    # in a row (under load each waited about as long as the read itself took).
+    # accesses and the watchdog frees both at once, so they are never seen half-updated. On
+    # PostgreSQL the last refresh job is read beside it, not after it: a status waits for one
+    # read, not two in a row.
     with customer_read(customer):
-        (found, accesses), last = await asyncio.gather(
-            customer_status(state.reads, customer), _last_refresh(state, customer)
-        )
+        if state.reads_wait:
+            (found, accesses), last = await asyncio.gather(
+                customer_status(state.reads, customer), _last_refresh(state, customer)
+            )
+        else:
+            found, accesses = await customer_status(state.reads, customer)
+            last = await _last_refresh(state, customer)
     job = last if last is not None and last.state in _ACTIVE else None
     busy = job is not None or any(a.state is ScrapeState.IN_PROGRESS for a in accesses)
     codes = [a.result for a in accesses if a.result is not None and a.enabled]
