@@ -7,16 +7,18 @@ batch nobody wants reads no registry. On each backend."""
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator, Callable
+import time
+from collections.abc import AsyncIterator, Awaitable, Callable
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import pytest
-from sqlalchemy import event
+from sqlalchemy import event, text
 from sqlalchemy.ext.asyncio import AsyncEngine
 
 from scrapeflow.banking import CredentialVault
 from scrapeflow.db import create_engine
+from scrapeflow.server._eventrows import WRITERS_LOCK
 from scrapeflow.server._events import EventLog
 from scrapeflow.server._keys import create_key, open_keys
 from scrapeflow.server._webhooks import Webhooks
@@ -27,7 +29,19 @@ VAULT = CredentialVault([CredentialVault.generate_key()])
 @pytest.fixture
 async def engines(db_url: str) -> AsyncIterator[tuple[AsyncEngine, AsyncEngine]]:
     """Two processes' engines on one database with the keys' and webhooks' tables."""
-    pair = (create_engine(db_url), create_engine(db_url))
+    async for pair in _engines(db_url):
+        yield pair
+
+
+@pytest.fixture
+async def pg_engines(pg_url: str) -> AsyncIterator[tuple[AsyncEngine, AsyncEngine]]:
+    """The same on PostgreSQL alone."""
+    async for pair in _engines(pg_url):
+        yield pair
+
+
+async def _engines(url: str) -> AsyncIterator[tuple[AsyncEngine, AsyncEngine]]:
+    pair = (create_engine(url), create_engine(url))
     try:
         await open_keys(pair[0])
         await Webhooks(pair[0]).open()
@@ -92,3 +106,49 @@ async def test_a_key_gets_no_event_once_its_expiry_passed(
         await asyncio.sleep((until - datetime.now(UTC)).total_seconds() + 0.05)
         await log.append("job.succeeded", {}, customer="ana", job_id="j1")
     assert await delivered(hooks, hook.id) == [kept]
+
+
+async def test_an_event_stored_after_a_webhook_was_made_reaches_it_whatever_the_wait(
+    pg_engines: tuple[AsyncEngine, AsyncEngine],
+) -> None:
+    """On PostgreSQL an event batch waits its turn among the writers of every process (SQLite
+    lets one writer in at a time): a webhook made while a batch waits, and done before the
+    batch is stored, gets its event."""
+    here, there = pg_engines
+    hooks_here, hooks_there = Webhooks(here), Webhooks(there)
+    _, key = await create_key(here, scopes=["read"], customers=["ana"])
+    await hooks_here.create(key, "https://receiver.example/bank", ["bank."], VAULT)
+    done: dict[str, float] = {}
+
+    async def timed(name: str, work: Awaitable[Any]) -> Any:
+        value = await work
+        done[name] = time.monotonic()
+        return value
+
+    async with EventLog(here, outbox=hooks_here) as log:
+        await log.append("job.running", {}, customer="ana", job_id="j1")  # the registry read
+        async with there.connect() as other_writer:  # another process's batch, slow to commit
+            await other_writer.execute(text("SELECT pg_advisory_lock(:k)"), {"k": WRITERS_LOCK})
+            try:
+                told = asyncio.create_task(
+                    timed("event", log.append("job.succeeded", {}, customer="ana", job_id="j1"))
+                )
+                await asyncio.sleep(0.3)  # the batch waits for its turn
+                made = asyncio.create_task(
+                    timed(
+                        "webhook",
+                        hooks_there.create(key, "https://receiver.example/", ["job."], VAULT),
+                    )
+                )
+                await asyncio.sleep(0.3)
+            finally:
+                await other_writer.execute(
+                    text("SELECT pg_advisory_unlock(:k)"), {"k": WRITERS_LOCK}
+                )
+            event_id = await told
+            hook, _ = await made
+    delivered_to = await delivered(hooks_there, hook.id)
+    if done["webhook"] < done["event"]:
+        assert delivered_to == [event_id]  # made first, so it gets the event
+    else:
+        assert delivered_to == []  # the event was stored before the webhook was made

@@ -26,7 +26,7 @@ from sqlalchemy.sql.elements import BindParameter
 from scrapeflow.db import UTCDateTime
 from scrapeflow.server._notify import CHANNEL
 
-__all__ = ["Guard", "events_table", "insert_events", "metadata"]
+__all__ = ["WRITERS_LOCK", "Guard", "events_table", "insert_events", "metadata"]
 
 metadata = MetaData()
 events_table = Table(
@@ -45,7 +45,7 @@ events_table = Table(
 )
 
 
-_EVENT_WRITERS_LOCK = 0x5CF1E7E4
+WRITERS_LOCK = 0x5CF1E7E4
 """The PostgreSQL advisory lock the event writers of every process take turns on."""
 
 
@@ -86,7 +86,7 @@ def _insert_in_turn(
     takes a lock it holds again at no cost, and sends identical notices of one transaction
     once). With a ``guard``, the rows are stored only where it holds: none, else."""
     values: list[str] = []
-    params: dict[str, Any] = {"lock": _EVENT_WRITERS_LOCK}
+    params: dict[str, Any] = {"lock": WRITERS_LOCK}
     binds: list[BindParameter[Any]] = [bindparam("lock")]
     where = ""
     if guard is not None:

@@ -5,9 +5,13 @@ outbox. See ``docs/webhooks.md``.
   the delivery log (``scrapeflow_webhook_deliveries``). Its :meth:`Webhooks.enqueue` is the
   event log's outbox hook: one pending delivery per webhook that wants the event, written in
   the transaction that stores the event, so a process dying right after loses nothing. On
-  PostgreSQL it remembers the registry it read last, with its fingerprint: a batch of events
-  none of whose webhooks wants is stored in one statement under "the registry's fingerprint is
-  still this one" (:meth:`Webhooks.quiet`), with no read of the registry and no transaction.
+  PostgreSQL it remembers the registry it read last, with the registry's version (a row that
+  every webhook made or removed moves on, ``scrapeflow_webhook_registry``): a batch of events
+  none of whose webhooks wants is stored in one statement under "the version is still this
+  one" (:meth:`Webhooks.quiet`), without a transaction. That statement holds the version's row
+  (``FOR SHARE``) until it commits, and a webhook's creation updates it: a webhook made before
+  the batch commits fails its guard (the batch is then stored the usual way, and gets its
+  delivery), and one made meanwhile waits for the batch to commit.
 * :class:`~scrapeflow.server._courier.Courier` is the delivery loop the app's lifespan runs
   (in ``_courier.py``): it claims due deliveries with
   a lease, POSTs each signed (``Scrapeflow-Signature: t=<unix>,v1=<HMAC-SHA256 of "t.body">``),
@@ -23,6 +27,7 @@ them back to sign, and a copy of the database alone does not give them away.
 
 from __future__ import annotations
 
+import contextlib
 import enum
 import hashlib
 import hmac
@@ -51,7 +56,9 @@ from sqlalchemy import (
     or_,
     select,
     text,
+    update,
 )
+from sqlalchemy.exc import IntegrityError
 from sqlalchemy.ext.asyncio import AsyncEngine
 
 from scrapeflow.db import UTCDateTime, create_tables
@@ -93,6 +100,13 @@ webhooks_table = Table(
     Column("created_at", UTCDateTime, nullable=False),
     Index("ix_scrapeflow_webhooks_key", "key_id"),
 )
+registry_table = Table(
+    "scrapeflow_webhook_registry",
+    metadata,
+    Column("id", Integer, primary_key=True),
+    Column("version", BigInteger, nullable=False),
+)
+"""One row (id 1): the registry's version, moved on by every webhook made or removed."""
 deliveries_table = Table(
     "scrapeflow_webhook_deliveries",
     metadata,
@@ -202,27 +216,34 @@ def _wants(filters: Sequence[str], kind: str) -> bool:
     )
 
 
-_REGISTRY_PRINT = """(SELECT md5(coalesce(string_agg(concat_ws('|', w.id, w.key_id,
-    w.events::text, k.customers::text, k.scopes::text, extract(epoch FROM k.expires_at)::text),
-    E'\\n' ORDER BY w.id), ''))
-  FROM scrapeflow_webhooks AS w JOIN scrapeflow_api_keys AS k ON k.id = w.key_id
-  WHERE NOT k.revoked)"""
-"""PostgreSQL: a fingerprint of what decides who gets an event (every webhook of a key not
-revoked: its filters, its key's customers, scopes and expiry), whatever else changes (a key's
-last use)."""
+_MOVE_ON = (
+    update(registry_table)
+    .where(registry_table.c.id == 1)
+    .values(version=registry_table.c.version + 1)
+)
+"""The registry's version moved on, first in a webhook's creation or removal: a batch of
+events stored under the version read before waits for it, or sees it."""
 _REGISTRY_READ = text(
-    f"SELECT {_REGISTRY_PRINT} AS print, w.id, w.events, w.key_id, "  # noqa: S608 - constants
-    "k.customers, k.scopes, k.expires_at FROM (SELECT 1) AS one "
+    "SELECT r.version, w.id, w.events, w.key_id, k.customers, k.scopes, k.expires_at "
+    "FROM (SELECT 1) AS one "
+    "LEFT JOIN scrapeflow_webhook_registry AS r ON r.id = 1 "
     "LEFT JOIN (scrapeflow_webhooks AS w JOIN scrapeflow_api_keys AS k ON k.id = w.key_id "
     "AND NOT k.revoked) ON true"
 ).columns(events=JSON, customers=JSON, scopes=JSON, expires_at=UTCDateTime)
+"""PostgreSQL: the registry's version, and every webhook of a key not revoked with its key's
+customers, scopes and expiry, in one statement (one snapshot)."""
+_STILL = "(SELECT version FROM scrapeflow_webhook_registry WHERE id = 1 FOR SHARE) = :guard_version"
+"""The guard of a batch stored without reading the registry: its version is still the one
+read. ``FOR SHARE`` reads the row's newest committed version (a webhook's creation that
+committed after the statement began is seen), and holds it until the batch commits (a
+creation that comes later waits)."""
 
 
 @dataclass(frozen=True, slots=True)
 class _Registry:
-    """The webhooks (with their keys' customers, scopes and expiry) as read at ``print``."""
+    """The webhooks (with their keys' customers, scopes and expiry) as read at ``version``."""
 
-    print: str
+    version: int
     rows: tuple[Any, ...]
 
 
@@ -255,8 +276,15 @@ class Webhooks:
         """PostgreSQL: the registry as the last batch of events read it."""
 
     async def open(self) -> None:
-        """Create the tables when they are missing; idempotent."""
+        """Create the tables when they are missing, and the registry's version; idempotent."""
         await create_tables(self.engine, metadata)
+        r = registry_table.c
+        async with self.engine.connect() as connection:
+            found = await connection.scalar(select(r.version).where(r.id == 1))
+        if found is None:
+            with contextlib.suppress(IntegrityError):  # another process made it meanwhile
+                async with self.engine.begin() as connection:
+                    await connection.execute(insert(registry_table).values(id=1, version=0))
 
     async def create(
         self, key: ApiKey, url: str, events: Sequence[str], vault: CredentialVault
@@ -265,6 +293,7 @@ class Webhooks:
         secret = "whsec_" + secrets.token_urlsafe(32)
         hook = Webhook("wh_" + secrets.token_hex(8), key.id, url, tuple(events), _now())
         async with self.engine.begin() as connection:
+            await connection.execute(_MOVE_ON)
             await connection.execute(
                 insert(webhooks_table).values(
                     id=hook.id,
@@ -298,6 +327,7 @@ class Webhooks:
     async def delete(self, webhook_id: str) -> None:
         """Remove the webhook and its deliveries: nothing more is sent to it."""
         async with self.engine.begin() as connection:
+            await connection.execute(_MOVE_ON)
             await connection.execute(
                 delete(deliveries_table).where(deliveries_table.c.webhook_id == webhook_id)
             )
@@ -362,22 +392,23 @@ class Webhooks:
 
     def quiet(self, events: Sequence[Told]) -> Guard | None:
         """The event log's outbox: on PostgreSQL, when the registry last read wants none of
-        ``events``, the condition that it is still the same (its fingerprint); else None."""
+        ``events``, the condition that it is still the same (its version); else None."""
         known = self._known
         if known is None:
             return None
         rows = _live(known.rows)
         if any(_wanting(rows, event) for event in events):
             return None
-        return Guard(f"{_REGISTRY_PRINT} = :guard_print", {"guard_print": known.print})
+        return Guard(_STILL, {"guard_version": known.version})
 
     def _registry(self, connection: Connection) -> list[Any]:
         """The webhooks of keys neither revoked nor expired, with their keys' customers and
-        scopes; on PostgreSQL, remembered with their fingerprint (:meth:`quiet`)."""
+        scopes; on PostgreSQL, remembered with the registry's version (:meth:`quiet`)."""
         if connection.dialect.name == "postgresql":
             found = connection.execute(_REGISTRY_READ).all()
             rows = tuple(row for row in found if row.id is not None)
-            self._known = _Registry(found[0].print, rows)
+            version = found[0].version  # None without its row: no batch goes unread then
+            self._known = None if version is None else _Registry(int(version), rows)
             return _live(rows)
         k = keys_table.c
         return list(
