@@ -13,14 +13,14 @@ from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import pytest
-from sqlalchemy import event, text
+from sqlalchemy import event, text, update
 from sqlalchemy.ext.asyncio import AsyncEngine
 
 from scrapeflow.banking import CredentialVault
 from scrapeflow.db import create_engine
 from scrapeflow.server._eventrows import WRITERS_LOCK
 from scrapeflow.server._events import EventLog
-from scrapeflow.server._keys import create_key, open_keys
+from scrapeflow.server._keys import create_key, keys_table, open_keys
 from scrapeflow.server._webhooks import Webhooks
 
 VAULT = CredentialVault([CredentialVault.generate_key()])
@@ -96,13 +96,20 @@ async def test_a_webhook_another_process_just_made_gets_the_next_event(
 async def test_a_key_gets_no_event_once_its_expiry_passed(
     engines: tuple[AsyncEngine, AsyncEngine],
 ) -> None:
-    here, _ = engines
+    here, there = engines
     hooks = Webhooks(here)
-    until = datetime.now(UTC) + timedelta(seconds=1)
-    _, key = await create_key(here, scopes=["read"], customers=["ana"], expires_at=until)
+    _, key = await create_key(
+        here, scopes=["read"], customers=["ana"], expires_at=datetime.now(UTC) + timedelta(hours=1)
+    )
     hook, _ = await hooks.create(key, "https://receiver.example/", [], VAULT)
     async with EventLog(here, outbox=hooks) as log:
         kept = await log.append("job.running", {}, customer="ana", job_id="j1")
+        # As a key made with an expiry that has since passed: nothing else changes.
+        until = datetime.now(UTC) + timedelta(seconds=0.2)
+        async with there.begin() as connection:
+            await connection.execute(
+                update(keys_table).where(keys_table.c.id == key.id).values(expires_at=until)
+            )
         await asyncio.sleep((until - datetime.now(UTC)).total_seconds() + 0.05)
         await log.append("job.succeeded", {}, customer="ana", job_id="j1")
     assert await delivered(hooks, hook.id) == [kept]
