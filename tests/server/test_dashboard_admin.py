@@ -51,6 +51,9 @@ def test_an_admin_makes_rotates_and_revokes_a_key_and_manages_webhooks(
         seen.refusals.update({"/v1/stats": (403,), "/v1/webhooks": (422,)})
         seen.sign_in(token)
         page.get_by_role("button", name="API keys").click()
+        expect(page.get_by_role("button", name="API keys")).to_have_attribute(
+            "aria-pressed", "true"
+        )
         own = token.split("_")[1]
         expect(page.locator(f"#keys tr[data-key='{own}']")).to_contain_text("admin, read")
 

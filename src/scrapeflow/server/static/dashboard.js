@@ -91,6 +91,9 @@ function start() {
     const key = $("api-key").value.trim();
     if (key) signIn(key);
   });
+  // Disabled in the page until now: a form sent before this script ran would reload the page
+  // and lose what was typed (the key has no name, so it never goes into a URL).
+  $("login-submit").disabled = false;
   $("logout").addEventListener("click", () => signOut());
   initDialog();
   initCustomers({ onPick: selectCustomer });
