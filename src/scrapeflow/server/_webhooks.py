@@ -53,7 +53,6 @@ from sqlalchemy import (
     delete,
     func,
     insert,
-    or_,
     select,
     text,
     update,
@@ -64,7 +63,7 @@ from sqlalchemy.ext.asyncio import AsyncEngine
 from scrapeflow.db import UTCDateTime, create_tables
 from scrapeflow.server._eventrows import Guard
 from scrapeflow.server._events import EVENT_KINDS, Event, Told
-from scrapeflow.server._keys import ApiKey, Scope, keys_table
+from scrapeflow.server._keys import ApiKey, Scope
 
 if TYPE_CHECKING:
     from scrapeflow.banking import CredentialVault
@@ -230,8 +229,8 @@ _REGISTRY_READ = text(
     "LEFT JOIN (scrapeflow_webhooks AS w JOIN scrapeflow_api_keys AS k ON k.id = w.key_id "
     "AND NOT k.revoked) ON true"
 ).columns(events=JSON, customers=JSON, scopes=JSON, expires_at=UTCDateTime)
-"""PostgreSQL: the registry's version, and every webhook of a key not revoked with its key's
-customers, scopes and expiry, in one statement (one snapshot)."""
+"""The registry's version, and every webhook of a key not revoked with its key's customers,
+scopes and expiry, in one statement (one snapshot)."""
 _STILL = "(SELECT version FROM scrapeflow_webhook_registry WHERE id = 1 FOR SHARE) = :guard_version"
 """The guard of a batch stored without reading the registry: its version is still the one
 read. ``FOR SHARE`` reads the row's newest committed version (a webhook's creation that
@@ -403,30 +402,12 @@ class Webhooks:
 
     def _registry(self, connection: Connection) -> list[Any]:
         """The webhooks of keys neither revoked nor expired, with their keys' customers and
-        scopes; on PostgreSQL, remembered with the registry's version (:meth:`quiet`)."""
-        if connection.dialect.name == "postgresql":
-            found = connection.execute(_REGISTRY_READ).all()
-            rows = tuple(row for row in found if row.id is not None)
-            version = found[0].version  # None without its row: no batch goes unread then
-            self._known = None if version is None else _Registry(int(version), rows)
-            return _live(rows)
-        k = keys_table.c
-        return list(
-            connection.execute(
-                select(
-                    webhooks_table.c.id,
-                    webhooks_table.c.events,
-                    webhooks_table.c.key_id,
-                    k.customers,
-                    k.scopes,
-                )
-                .join(keys_table, k.id == webhooks_table.c.key_id)
-                .where(
-                    k.revoked.is_(False),
-                    or_(k.expires_at.is_(None), k.expires_at > datetime.now(UTC)),
-                )
-            ).all()
-        )
+        scopes, remembered with the registry's version (:meth:`quiet`, PostgreSQL's)."""
+        found = connection.execute(_REGISTRY_READ).all()
+        rows = tuple(row for row in found if row.id is not None)
+        version = found[0].version  # None without its row: no batch goes unread then
+        self._known = None if version is None else _Registry(int(version), rows)
+        return _live(rows)
 
 
 def _live(rows: Sequence[Any]) -> list[Any]:
